@@ -1,0 +1,127 @@
+// Shared building blocks of every attention kernel version: the PTX wrappers (mma, ldmatrix,
+// stmatrix, cp.async), the 128-byte swizzle, the tile loader, and the launch contract that the
+// pipeline reads without a GPU. A version file includes this and reads top to bottom like the
+// chapter; what changes between versions lives in the version files, never here.
+#pragma once
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace flash {
+
+constexpr int kHeadDim = 128;            // the only head dim the case (and the kernels) use
+constexpr int kChunkHalves = 8;          // one 16-byte chunk = 8 fp16
+constexpr int kRowChunks = kHeadDim / kChunkHalves;  // 16 chunks in a Q/K/V row of 256 bytes
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- 128-byte swizzle --------------------------------------------------------------------
+// ldmatrix reads one 16-byte chunk from each of 8 consecutive rows. With rows of 128 or 256
+// bytes those chunks would all sit in the same 4 banks (8-way conflict). XOR-ing the chunk
+// index with (row % 8) spreads them over all 32 banks:
+//   row 0: c0 c1 c2 c3 c4 c5 c6 c7 | ...        chunk c of row r is stored at c ^ (r & 7)
+//   row 1: c1 c0 c3 c2 c5 c4 c7 c6 | ...
+//   row 2: c2 c3 c0 c1 c6 c7 c4 c5 | ...
+template <int kChunksPerRow>
+__device__ __forceinline__ int swizzle(int row, int chunk) {  // -> offset in fp16 elements
+  return row * kChunksPerRow * kChunkHalves + ((chunk ^ (row & 7)) * kChunkHalves);
+}
+
+// ---- cp.async: global -> shared without passing through registers -------------------------
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPendingGroups>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPendingGroups) : "memory");
+}
+
+// Issue the copy of a kRows x 128 fp16 tile (row-major, rows 256 bytes apart in global memory)
+// into a 128B-swizzled shared tile. kThreads threads take 16-byte chunks round-robin.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void load_tile_async(half* tile, const half* src, int thread) {
+  static_assert((kRows * kRowChunks) % kThreads == 0, "tile chunks must split evenly");
+  const uint32_t base = smem_addr(tile);
+#pragma unroll
+  for (int i = thread; i < kRows * kRowChunks; i += kThreads) {
+    const int row = i / kRowChunks, chunk = i % kRowChunks;
+    cp_async_16(base + 2 * swizzle<kRowChunks>(row, chunk), src + row * kHeadDim + chunk * kChunkHalves);
+  }
+}
+
+// ---- ldmatrix / stmatrix: 8x8 16-bit matrices between shared memory and mma fragments -------
+// Lane l gives the address of row (l % 8) of matrix (l / 8); register i receives matrix i.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+// stmatrix is b16-only; callers may pass any 32-bit payload (fp32 logits included) and must
+// account for where it lands: lane l's register i goes to row l/4, bytes 4*(l%4).. of matrix i.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// ---- mma.sync m16n8k16, fp16 in, fp32 accumulate --------------------------------------------
+// Accumulator layout (g = lane / 4, q = lane % 4): d0,d1 -> row g, cols 2q, 2q+1;
+// d2,d3 -> row g+8, same cols.
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---- small math ------------------------------------------------------------------------------
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+}  // namespace flash
+
+// ---- launch contract -------------------------------------------------------------------------
+// Every version states once how it must be launched. The pipeline compiles the same file for the
+// host with -DFLASH_PRINT_LAUNCH_CONTRACT and runs it (no GPU needed), so the launch geometry and
+// the dynamic shared memory it records come from the very constants and structs the kernel uses.
+// Kernel signature shared by all versions (grid = (S / block_rows, B * H)):
+//   extern "C" __global__ void flash_attention_forward(const half* q, const half* k, const half* v,
+//                                                      half* o, int seq_len, float scale_log2);
+#ifdef FLASH_PRINT_LAUNCH_CONTRACT
+#include <cstdio>
+#define FLASH_LAUNCH_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes)                        \
+  int main() {                                                                                            \
+    std::printf("{\"threads\": %d, \"block_rows\": %d, \"block_cols\": %d, \"dynamic_smem_bytes\": %d, "  \
+                "\"head_dim\": %d}\n",                                                                    \
+                int(threads), int(block_rows), int(block_cols), int(dynamic_smem_bytes), flash::kHeadDim); \
+    return 0;                                                                                             \
+  }
+#else
+#define FLASH_LAUNCH_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes)
+#endif

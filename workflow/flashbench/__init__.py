@@ -1,0 +1,9 @@
+"""flashbench: compile, check, time and report the attention kernels of chapter G3.
+
+Each stage is a small module usable without Snakemake; ``python -m flashbench`` is the command
+line the Snakemake rules call.
+"""
+
+
+class FlashbenchError(Exception):
+    """An error the user can act on: its message names the problem, no traceback is needed."""

@@ -1,0 +1,52 @@
+"""Correctness: each shape on fresh random inputs against the fp32 reference."""
+from __future__ import annotations
+
+import secrets
+
+from . import attention
+from .config import Shape
+from .launch import AttentionKernel
+
+
+def check_shape(kernel: AttentionKernel, shape: Shape, tolerance: float, seed: int) -> dict:
+    cp = kernel.cp
+    row = {**shape.as_dict(), "seed": seed}
+    reason = kernel.supports(shape)
+    if reason:
+        return {**row, "passed": False, "reason": f"unsupported shape: {reason}"}
+    rng = cp.random.default_rng(seed)
+    q, k, v, o = kernel.inputs(shape, rng)
+    try:
+        kernel(q, k, v, o)
+        cp.cuda.runtime.deviceSynchronize()
+    except cp.cuda.driver.CUDADriverError as e:  # a launch that faults poisons the context: stop here
+        return {**row, "passed": False, "reason": f"kernel launch failed: {e}", "fatal": True}
+    result = attention.errors(o, attention.reference(q, k, v, cp), cp)
+    if result["nonfinite"]:
+        reason = f"{result['nonfinite']} NaN/Inf elements in the output (unwritten or overflowed)"
+    elif result["rel_error"] >= tolerance:
+        reason = f"relative error {result['rel_error']:.3e} is not below {tolerance:g}"
+    else:
+        reason = None
+    return {**row, **result, "passed": reason is None, "reason": reason}
+
+
+def check_kernel(kernel: AttentionKernel, shapes: list[Shape], tolerance: float, progress=print) -> dict:
+    results = []
+    for shape in shapes:
+        seed = secrets.randbits(32)  # fresh inputs every run, the seed kept to replay a failure
+        progress(f"check {kernel.name}: {shape} (seed {seed})")
+        results.append(check_shape(kernel, shape, tolerance, seed))
+        r = results[-1]
+        progress(f"  -> {'pass' if r['passed'] else 'FAIL'}" + (f", rel error {r['rel_error']:.2e}" if "rel_error" in r else "")
+                 + (f": {r['reason']}" if r["reason"] else ""))
+        if r.get("fatal"):
+            break
+    failed = [r for r in results if not r["passed"]]
+    return {
+        "kernel": kernel.name,
+        "tolerance": tolerance,
+        "passed": not failed and len(results) == len(shapes),
+        "reason": "; ".join(f"B={r['B']} H={r['H']} S={r['S']}: {r['reason']}" for r in failed) or None,
+        "shapes": results,
+    }

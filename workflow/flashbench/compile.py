@@ -1,0 +1,88 @@
+"""Build one kernel for one architecture with nvcc and record what ptxas reports about it.
+
+No GPU is needed: the cubin is built for `arch`, ptxas's -v report is parsed, and the kernel's
+launch contract (threads, tile rows, dynamic shared memory) is read by compiling the same file
+for the host with -DFLASH_PRINT_LAUNCH_CONTRACT and running it.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from . import FlashbenchError, occupancy, ptxas
+
+ENTRY = "flash_attention_forward"
+
+
+def nvcc() -> str:
+    path = shutil.which("nvcc")
+    if path is None:
+        raise FlashbenchError("nvcc not found on PATH: the compile stage needs the CUDA toolkit")
+    return path
+
+
+def nvcc_version() -> str:
+    out = subprocess.run([nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+    return next((line.strip() for line in out.splitlines() if "release" in line), out.strip())
+
+
+def define_flags(defines: dict) -> list[str]:
+    return [f"-D{name}={value}" for name, value in sorted(defines.items())]
+
+
+def cubin_command(source: Path, arch: str, flags: list[str], defines: dict, cubin: Path) -> list[str]:
+    return [nvcc(), "-cubin", f"-arch={arch}", *flags, "-Xptxas", "-v", *define_flags(defines),
+            "-I", str(source.parent), "-o", str(cubin), str(source)]
+
+
+def _run(cmd: list[str], what: str) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FlashbenchError(f"{what} failed ({shlex.join(cmd)}):\n{proc.stderr.strip()}")
+    return proc.stdout + proc.stderr
+
+
+def launch_contract(source: Path, flags: list[str], defines: dict) -> dict:
+    """Compile the kernel file for the host with its contract printer and run it."""
+    host_flags = [f for f in flags if f != "-lineinfo"]
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "contract"
+        # PTX only (compute_90): ptxas is not needed to read constants off the host side.
+        _run([nvcc(), "-arch=compute_90", *host_flags, "-DFLASH_PRINT_LAUNCH_CONTRACT", *define_flags(defines),
+              "-I", str(source.parent), "-o", str(exe), str(source)], "building the launch-contract printer")
+        out = _run([str(exe)], "running the launch-contract printer")
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        raise FlashbenchError(f"{source}: FLASH_LAUNCH_CONTRACT printed no JSON: {out!r}") from None
+
+
+def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], defines: dict, cubin: Path | str) -> dict:
+    """Build `cubin` and return the compile record."""
+    source, cubin = Path(source), Path(cubin)
+    cubin.parent.mkdir(parents=True, exist_ok=True)
+    cmd = cubin_command(source, arch, flags, defines, cubin)
+    report = _run(cmd, f"compiling {name} for {arch}")
+    resources = ptxas.parse(report, ENTRY)
+    if resources["arch"] != arch:
+        raise FlashbenchError(f"ptxas compiled {name} for {resources['arch']}, asked for {arch}")
+    contract = launch_contract(source, flags, defines)
+    smem_total = resources["static_smem_bytes"] + contract["dynamic_smem_bytes"]
+    return {
+        "kernel": name,
+        "arch": arch,
+        "source": str(source),
+        "defines": defines,
+        "nvcc": nvcc_version(),
+        "command": shlex.join(cmd),
+        **{k: v for k, v in resources.items() if k != "arch"},
+        "spill_bytes": resources["spill_store_bytes"] + resources["spill_load_bytes"],
+        "launch": contract,
+        "smem_bytes": smem_total,
+        **occupancy.blocks_per_sm(arch, contract["threads"], resources["registers"], smem_total),
+        "ptxas_report": report.strip(),
+    }

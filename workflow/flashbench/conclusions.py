@@ -1,0 +1,85 @@
+"""Sentences derived from the measured tables: each states only what the numbers show."""
+from __future__ import annotations
+
+import pandas as pd
+
+
+def _pct(new: float, old: float) -> str:
+    return f"{(new / old - 1) * 100:+.1f}%"
+
+
+def steps(case: pd.DataFrame, kernels: list[dict]) -> list[dict]:
+    """Each timed kernel against the row it follows: a version against the previous timed version,
+    an ablation against its parent. Measured and published ratios side by side."""
+    timed = {r.kernel: r for r in case.itertuples() if pd.notna(r.tflops)}
+    published = {k["name"]: k.get("published_tflops") for k in kernels}
+    out, previous = [], None
+    for k in kernels:
+        name = k["name"]
+        base = k.get("parent") if k["kind"] == "ablation" else previous
+        if name in timed and base in timed:
+            pub_new, pub_old = published.get(name), published.get(base)
+            out.append({
+                "kernel": name, "base": base,
+                "ratio": timed[name].tflops / timed[base].tflops,
+                "published_ratio": pub_new / pub_old if pub_new and pub_old else None,
+            })
+        if k["kind"] == "version" and name in timed:
+            previous = name
+    return out
+
+
+def findings(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name: str) -> list[str]:
+    case = summary[summary.is_case]
+    kernels, arch = meta["kernels"], meta["gpu_arch"]
+    out = []
+    for k in kernels:
+        row = case[case.kernel == k["name"]]
+        if not k["check_passed"]:
+            out.append(f"**{k['name']}** failed its correctness check ({k['check_reason']}), so it is not "
+                       f"reported as a speed.")
+            continue
+        if row.empty or pd.isna(row.iloc[0].tflops):
+            out.append(f"**{k['name']}** passed its check but was not timed ({k.get('not_timed_reason')}).")
+            continue
+        r = row.iloc[0]
+        text = (f"**{k['name']}** runs at {r.tflops:.1f} TFLOPS on the {gpu_name} by the write-up's "
+                f"{_steps_word(meta)} method (median per call {r.tflops_median:.1f})")
+        if k.get("published_tflops"):
+            text += f", {r.tflops / k['published_tflops']:.2f}x the write-up's {k['published_tflops']} on B300"
+        out.append(text + ".")
+
+    for s in steps(case, kernels):
+        text = f"{s['kernel']} against {s['base']}: {(s['ratio'] - 1) * 100:+.1f}% on the {gpu_name}"
+        if s["published_ratio"]:
+            text += f" (write-up on B300: {(s['published_ratio'] - 1) * 100:+.1f}%)"
+        out.append(text + ".")
+
+    version_steps = [s for s in steps(case, kernels)
+                     if next(k for k in kernels if k["name"] == s["kernel"])["kind"] == "version"]
+    if len(version_steps) >= 2:
+        best = max(version_steps, key=lambda s: s["ratio"])
+        with_pub = [s for s in version_steps if s["published_ratio"]]
+        text = f"The largest step between versions here is {best['base']} -> {best['kernel']} ({(best['ratio'] - 1) * 100:+.1f}%)"
+        if with_pub:
+            pub = max(with_pub, key=lambda s: s["published_ratio"])
+            text += f"; in the write-up it is {pub['base']} -> {pub['kernel']} ({(pub['published_ratio'] - 1) * 100:+.1f}%)"
+        out.append(text + ".")
+
+    here = resources[resources.arch == arch]
+    spilling = here[(here.spill_store_bytes + here.spill_load_bytes) > 0]
+    if spilling.empty:
+        out.append(f"No kernel spills registers on {arch} (ptxas).")
+    for r in spilling.itertuples():
+        out.append(f"{r.kernel} spills on {arch}: {r.spill_store_bytes} bytes stored, {r.spill_load_bytes} loaded, "
+                   f"{r.stack_frame_bytes}-byte stack frame (ptxas).")
+    for r in here.itertuples():
+        out.append(f"{r.kernel} on {arch}: {r.registers} registers, {r.smem_bytes / 1024:.1f} KiB shared memory per "
+                   f"block, {r.blocks_per_sm} blocks ({r.blocks_per_sm * r.threads // 32} warps) per SM, limited by "
+                   f"{r.limited_by}.")
+    return out
+
+
+def _steps_word(meta: dict) -> str:
+    timings = [k["timing"] for k in meta["kernels"] if k.get("timing")]
+    return f"{timings[0]['steps']}-step" if timings else "multi-step"

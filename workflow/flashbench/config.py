@@ -1,0 +1,120 @@
+"""Load and validate config.yaml: the JSON schema first, then what a schema cannot say."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from . import FlashbenchError
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(FlashbenchError):
+    pass
+
+
+@dataclass(frozen=True)
+class Shape:
+    B: int
+    H: int
+    S: int
+    D: int
+
+    def as_dict(self) -> dict:
+        return {"B": self.B, "H": self.H, "S": self.S, "D": self.D}
+
+    def __str__(self) -> str:
+        return f"B={self.B} H={self.H} S={self.S} D={self.D}"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    kind: str  # version | ablation
+    source: str
+    change: str
+    published_tflops: float | None = None
+    parent: str | None = None
+    defines: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Settings:
+    gpu: str | None
+    gpu_arch: str | None
+    archs: list[str]
+    nvcc_flags: list[str]
+    kernels: list[Kernel]  # the kernels to run, in table order
+    case: Shape
+    check_shapes: list[Shape]  # the case first, then the extra shapes
+    tolerance: float
+    bench: dict
+
+    def kernel(self, name: str) -> Kernel:
+        for kernel in self.kernels:
+            if kernel.name == name:
+                return kernel
+        raise ConfigError(f"no kernel named {name!r} is run (config key 'versions')")
+
+
+def _key(path) -> str:
+    key = ""
+    for part in path:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key or "(top level)"
+
+
+def _schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def validate(config: dict, root: Path | str = ".") -> Settings:
+    """Check a loaded config; raise ConfigError naming the first bad key, else return Settings."""
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.path), list(map(str, e.path))))
+    if errors:
+        e = errors[0]
+        raise ConfigError(f"config key '{_key(e.path)}': {e.message}")
+
+    definitions = config["kernels"]
+    kernels = []
+    for i, name in enumerate(config["versions"]):
+        if name not in definitions:
+            known = ", ".join(sorted(definitions))
+            raise ConfigError(f"config key 'versions[{i}]': unknown version {name!r} (defined under kernels: {known})")
+        spec = definitions[name]
+        if "parent" in spec and spec["parent"] not in definitions:
+            raise ConfigError(f"config key 'kernels.{name}.parent': unknown kernel {spec['parent']!r}")
+        if spec["kind"] == "ablation" and "parent" not in spec:
+            raise ConfigError(f"config key 'kernels.{name}.parent': an ablation must name the kernel it varies")
+        if not (Path(root) / spec["source"]).is_file():
+            raise ConfigError(f"config key 'kernels.{name}.source': no such file {spec['source']!r}")
+        kernels.append(Kernel(name=name, **spec))
+
+    case = Shape(**config["case"])
+    extra = [Shape(**s) for s in config["check"]["shapes"]]
+    return Settings(
+        gpu=config.get("gpu"),
+        gpu_arch=config.get("gpu_arch"),
+        archs=list(config["archs"]),
+        nvcc_flags=list(config.get("nvcc_flags", [])),
+        kernels=kernels,
+        case=case,
+        check_shapes=[case] + [s for s in extra if s != case],
+        tolerance=float(config["check"]["tolerance"]),
+        bench=dict(config["bench"]),
+    )
+
+
+def load(path: Path | str) -> Settings:
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path} must hold a mapping of config keys")
+    return validate(config, root=path.parent)

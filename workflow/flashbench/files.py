@@ -1,0 +1,28 @@
+"""Write outputs whole or not at all: a failed stage never leaves half a file behind."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text(path: Path | str, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path | str, data) -> None:
+    write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: Path | str):
+    return json.loads(Path(path).read_text())

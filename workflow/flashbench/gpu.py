@@ -1,0 +1,110 @@
+"""Which GPU is here (via nvidia-smi, no CUDA context), its archive slug, and run provenance."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import FlashbenchError
+
+
+class NoGPUError(FlashbenchError):
+    pass
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str  # as the driver names it, e.g. "NVIDIA H200"
+    arch: str  # e.g. "sm_90"
+
+    @property
+    def slug(self) -> str:
+        return slugify(self.name)
+
+
+def slugify(name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200': the folder name of a GPU's results and report."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def arch_of(compute_cap: str) -> str:
+    """'9.0' -> 'sm_90', '10.3' -> 'sm_103'."""
+    major, minor = compute_cap.strip().split(".")
+    return f"sm_{int(major)}{int(minor)}"
+
+
+def _smi(*query: str) -> list[str] | None:
+    """First GPU's values of an nvidia-smi query, or None where there is no usable GPU."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        proc = subprocess.run([smi, f"--query-gpu={','.join(query)}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    return [v.strip() for v in proc.stdout.strip().splitlines()[0].split(",")]
+
+
+def detect() -> GPU | None:
+    values = _smi("name", "compute_cap")
+    return GPU(name=values[0], arch=arch_of(values[1])) if values else None
+
+
+def require() -> GPU:
+    gpu = detect()
+    if gpu is None:
+        raise NoGPUError("no NVIDIA GPU found (nvidia-smi lists none): this stage runs kernels and needs one")
+    return gpu
+
+
+def git_commit(root: Path | str = ".") -> str:
+    """HEAD of the checkout, '+dirty' if it has changes; FLASHBENCH_GIT_COMMIT where there is no .git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        given = os.environ.get("FLASHBENCH_GIT_COMMIT")
+        return f"{given} (from FLASHBENCH_GIT_COMMIT: the run had no .git)" if given else "unknown (no .git)"
+
+
+def provenance() -> dict:
+    """Where and when a measurement was taken; clocks are read at call time (call it right after timing)."""
+    import cupy as cp
+
+    values = _smi("name", "compute_cap", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem",
+                  "power.draw", "temperature.gpu")
+    if values is None:
+        raise NoGPUError("no NVIDIA GPU found (nvidia-smi lists none)")
+    name, cc, driver, sm_clock, sm_clock_max, mem_clock, power, temp = values
+    device = cp.cuda.Device()
+    attrs = device.attributes
+
+    def version(v: int) -> str:
+        return f"{v // 1000}.{(v % 1000) // 10}"
+
+    return {
+        "gpu": name,
+        "arch": arch_of(cc),
+        "sm_count": attrs["MultiProcessorCount"],
+        "l2_bytes": attrs["L2CacheSize"],
+        "driver": driver,
+        "cuda_driver": version(cp.cuda.runtime.driverGetVersion()),
+        "cuda_runtime": version(cp.cuda.runtime.runtimeGetVersion()),
+        "cupy": cp.__version__,
+        "sm_clock_mhz": sm_clock,
+        "sm_clock_max_mhz": sm_clock_max,
+        "mem_clock_mhz": mem_clock,
+        "power_w": power,
+        "temperature_c": temp,
+        "git_commit": git_commit(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

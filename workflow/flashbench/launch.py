@@ -1,0 +1,57 @@
+"""Load a kernel's cubin with CuPy and launch it as its contract says."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import FlashbenchError
+from .attention import LOG2E, SCALE
+from .compile import ENTRY
+from .config import Shape
+
+FP16_NAN_BITS = 0x7E00  # poison: an element the kernel does not write stays NaN and fails
+
+
+class AttentionKernel:
+    def __init__(self, cubin: Path | str, record: dict):
+        import cupy as cp
+
+        self.cp = cp
+        self.name = record["kernel"]
+        self.contract = record["launch"]
+        self.module = cp.RawModule(path=str(cubin))
+        self.function = self.module.get_function(ENTRY)
+        self.dynamic_smem = self.contract["dynamic_smem_bytes"]
+        if self.dynamic_smem > 48 * 1024:  # beyond the default: the per-kernel opt-in
+            self.function.max_dynamic_shared_size_bytes = self.dynamic_smem
+
+    def supports(self, shape: Shape) -> str | None:
+        """Why the kernel cannot run `shape`, or None."""
+        c = self.contract
+        if shape.D != c["head_dim"]:
+            return f"D={shape.D} but {self.name} is built for D={c['head_dim']}"
+        for what in ("block_rows", "block_cols"):
+            if shape.S % c[what]:
+                return f"S={shape.S} is not a multiple of {self.name}'s {what} ({c[what]})"
+        return None
+
+    def inputs(self, shape: Shape, rng) -> tuple:
+        """Fresh random Q, K, V (normal, fp16) and a NaN-poisoned O, all [B, H, S, D]."""
+        cp = self.cp
+        dims = (shape.B, shape.H, shape.S, shape.D)
+        q, k, v = (rng.standard_normal(dims, dtype=cp.float32).astype(cp.float16) for _ in range(3))
+        return q, k, v, self.poisoned_output(shape)
+
+    def poisoned_output(self, shape: Shape):
+        cp = self.cp
+        return cp.full((shape.B, shape.H, shape.S, shape.D), FP16_NAN_BITS, dtype=cp.uint16).view(cp.float16)
+
+    def __call__(self, q, k, v, o) -> None:
+        B, H, S, D = q.shape
+        c = self.contract
+        for a in (q, k, v, o):
+            if a.dtype != self.cp.float16 or not a.flags.c_contiguous or a.shape != q.shape:
+                raise FlashbenchError("q, k, v, o must be C-contiguous fp16 arrays of one [B, H, S, D] shape")
+        self.function((S // c["block_rows"], B * H), (c["threads"],),
+                      (q, k, v, o, np.int32(S), np.float32(SCALE * LOG2E)), shared_mem=self.dynamic_smem)

@@ -1,0 +1,37 @@
+# bench: time each kernel that passed its check, at the write-up's case (GPU).
+
+if GPU_MODE:
+
+    rule bench:
+        input:
+            cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
+            record=f"build/{GPU_ARCH}/{{kernel}}.json",
+            check="results/{gpu}/check/{kernel}.json",
+            code=package_modules("timing", "launch", "attention", "gpu", "config", "cli"),
+        output:
+            "results/{gpu}/bench/{kernel}.json",
+        log:
+            "logs/{gpu}/bench/{kernel}.log",
+        params:
+            shape=json.dumps(SETTINGS.case.as_dict()),
+            steps=SETTINGS.bench["steps"],
+            repeats=SETTINGS.bench["repeats"],
+            warmup=SETTINGS.bench["warmup"],
+        resources:
+            gpu=1,
+        shell:
+            "{PY} -m flashbench bench --cubin {input.cubin} --record {input.record} --check {input.check}"
+            " --shape '{params.shape}' --steps {params.steps} --repeats {params.repeats} --warmup {params.warmup}"
+            " --out {output} 2>&1 | tee {log}"
+
+    rule bench_all:
+        input:
+            expand("results/{gpu}/bench/{kernel}.json", gpu=GPU_SLUG, kernel=KERNELS),
+
+else:
+
+    rule bench_all:
+        log:
+            "logs/bench-needs-gpu.log",
+        shell:
+            "{PY} -m flashbench require-gpu 2>&1 | tee {log}"

@@ -1,0 +1,33 @@
+# check: each kernel against the fp32 reference on fresh random inputs (GPU).
+
+if GPU_MODE:
+
+    rule check:
+        input:
+            cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
+            record=f"build/{GPU_ARCH}/{{kernel}}.json",
+            code=package_modules("check", "launch", "attention", "gpu", "config", "cli"),
+        output:
+            "results/{gpu}/check/{kernel}.json",
+        log:
+            "logs/{gpu}/check/{kernel}.log",
+        params:
+            shapes=json.dumps([s.as_dict() for s in SETTINGS.check_shapes]),
+            tolerance=SETTINGS.tolerance,
+        resources:
+            gpu=1,
+        shell:
+            "{PY} -m flashbench check --cubin {input.cubin} --record {input.record} --shapes '{params.shapes}'"
+            " --tolerance {params.tolerance} --out {output} 2>&1 | tee {log}"
+
+    rule check_all:
+        input:
+            expand("results/{gpu}/check/{kernel}.json", gpu=GPU_SLUG, kernel=KERNELS),
+
+else:
+
+    rule check_all:
+        log:
+            "logs/check-needs-gpu.log",
+        shell:
+            "{PY} -m flashbench require-gpu 2>&1 | tee {log}"

@@ -1,0 +1,67 @@
+# Configuration, GPU detection and path helpers shared by every stage.
+import json
+import shlex
+import sys
+from pathlib import Path
+
+try:
+    import flashbench
+    from flashbench import config as fb_config
+    from flashbench import gpu as fb_gpu
+except ImportError:
+    raise ImportError(
+        "the flashbench package is not installed: run  python3 -m pip install -e .  in the repository root"
+    ) from None
+
+# The JSON schema and the checks a schema cannot express, before any job starts.
+SETTINGS = fb_config.validate(config)
+KERNELS = {k.name: k for k in SETTINGS.kernels}
+PY = shlex.quote(sys.executable)
+
+# GPU mode when a GPU is found (or named in config); otherwise the archive-only mode.
+DETECTED = fb_gpu.detect()
+GPU_SLUG = SETTINGS.gpu or (DETECTED.slug if DETECTED else None)
+GPU_ARCH = SETTINGS.gpu_arch or (DETECTED.arch if DETECTED else None)
+if GPU_SLUG and not GPU_ARCH:
+    raise fb_config.ConfigError(
+        f"config key 'gpu_arch': no GPU found to read it from; set it for gpu={GPU_SLUG!r} or leave 'gpu' null"
+    )
+GPU_MODE = GPU_SLUG is not None
+ARCHS = SETTINGS.archs + ([GPU_ARCH] if GPU_MODE and GPU_ARCH not in SETTINGS.archs else [])
+if not GPU_MODE:
+    print(
+        "no GPU found: compiling the kernels and re-rendering the archived reports; "
+        "check and bench need a GPU and are skipped",
+        file=sys.stderr,
+    )
+
+PACKAGE = Path("workflow/flashbench")
+KERNEL_HEADERS = sorted(str(p) for p in Path("kernels").glob("*.cuh"))
+REPORT_TEMPLATE = "workflow/templates/report.md.j2"
+
+
+wildcard_constraints:
+    arch="sm_[0-9]+",
+    kernel="|".join(KERNELS),
+    gpu="[a-z0-9][a-z0-9-]*",
+
+
+def package_modules(*names):
+    """The package modules a stage runs: editing one reruns exactly the jobs that use it."""
+    return [str(PACKAGE / f"{n}.py") for n in ("__init__", "files") + names]
+
+
+def compile_records():
+    return expand("build/{arch}/{kernel}.json", arch=ARCHS, kernel=KERNELS)
+
+
+def archived_results():
+    return sorted(str(p) for p in Path("results").glob("*/summary.csv"))
+
+
+def results_dir(gpu):
+    return f"results/{gpu}"
+
+
+def report_outputs(gpu):
+    return [f"reports/{gpu}/report.md", f"reports/{gpu}/tflops.png"]

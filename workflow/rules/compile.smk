@@ -1,0 +1,20 @@
+# compile: one cubin and one ptxas record per kernel and architecture (no GPU needed).
+
+
+rule compile:
+    input:
+        source=lambda w: KERNELS[w.kernel].source,
+        headers=KERNEL_HEADERS,
+        code=package_modules("compile", "ptxas", "occupancy", "cli"),
+    output:
+        cubin="build/{arch}/{kernel}.cubin",
+        record="build/{arch}/{kernel}.json",
+    log:
+        "logs/compile/{arch}/{kernel}.log",
+    params:
+        flags=json.dumps(SETTINGS.nvcc_flags),
+        defines=lambda w: json.dumps(KERNELS[w.kernel].defines),
+    shell:
+        "{PY} -m flashbench compile --kernel {wildcards.kernel} --source {input.source} --arch {wildcards.arch}"
+        " --flags '{params.flags}' --defines '{params.defines}' --cubin {output.cubin} --record {output.record}"
+        " > {log} 2>&1"
