@@ -27,6 +27,13 @@ template <int kChunksPerRow>
 __device__ __forceinline__ int swizzle(int row, int chunk) {  // -> offset in fp16 elements
   return row * kChunksPerRow * kChunkHalves + ((chunk ^ (row & 7)) * kChunkHalves);
 }
+// The short address chain: a lane keeps its row (mod 8) while it walks the k-steps of a tile, and
+// for k < 8, chunk (c + 2k) with c < 2 is stored at ((c ^ row) ^ 2k). So the byte address of k-step
+// k is the address of k-step 0 XOR 32k: one LOP3 per ldmatrix, no address register per k-step.
+// Needs tiles whose rows start 256-byte aligned (D = 128) or 128-byte aligned (64 fp16 per row).
+__device__ __forceinline__ uint32_t kstep_addr(uint32_t kstep0_addr, int kstep) {
+  return kstep0_addr ^ (32u * kstep);
+}
 
 // ---- cp.async: global -> shared without passing through registers -------------------------
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
@@ -39,16 +46,19 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Issue the copy of a kRows x 128 fp16 tile (row-major, rows 256 bytes apart in global memory)
-// into a 128B-swizzled shared tile. kThreads threads take 16-byte chunks round-robin.
+// into a 128B-swizzled shared tile. Thread t copies chunk t % 16 of rows t / 16 + step * (kThreads
+// / 16): a multiple of 8 rows per step keeps (row % 8), hence the swizzle, fixed per thread, so
+// every step is the first one's addresses plus a constant (no address registers per step).
 template <int kRows, int kThreads>
 __device__ __forceinline__ void load_tile_async(half* tile, const half* src, int thread) {
-  static_assert((kRows * kRowChunks) % kThreads == 0, "tile chunks must split evenly");
-  const uint32_t base = smem_addr(tile);
+  constexpr int kRowsPerStep = kThreads / kRowChunks;
+  static_assert(kRowsPerStep % 8 == 0 && kRows % kRowsPerStep == 0, "tile rows must split evenly");
+  const int row = thread / kRowChunks, chunk = thread % kRowChunks;
+  const uint32_t dst = smem_addr(tile + swizzle<kRowChunks>(row, chunk));
+  src += row * kHeadDim + chunk * kChunkHalves;
 #pragma unroll
-  for (int i = thread; i < kRows * kRowChunks; i += kThreads) {
-    const int row = i / kRowChunks, chunk = i % kRowChunks;
-    cp_async_16(base + 2 * swizzle<kRowChunks>(row, chunk), src + row * kHeadDim + chunk * kChunkHalves);
-  }
+  for (int step = 0; step < kRows / kRowsPerStep; ++step)
+    cp_async_16(dst + step * kRowsPerStep * kHeadDim * sizeof(half), src + step * kRowsPerStep * kHeadDim);
 }
 
 // ---- ldmatrix / stmatrix: 8x8 16-bit matrices between shared memory and mma fragments -------

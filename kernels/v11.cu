@@ -15,13 +15,17 @@
 //   keeps the row statistics and shares the rescale factor via smem_row_rescale | fp16 P ->
 //   smem_p | PV mma: warp w owns rows 16*(w/2).. and head columns 64*(w%2).., O in registers.
 //
-// Choice made here (the description is silent): stmatrix moves 16-bit elements, so the fp32
+// Choice: stmatrix moves 16-bit elements, so the fp32
 // logits are stored as 32-bit payloads. For each 16x8 accumulator tile the even columns land in
 // the first four floats of each 8-float group and the odd ones in the last four (see
 // logits_column_to_key). Softmax does not care about column order; P keeps the stored order, and
 // PV reads the V row of the matching key, so nothing is shuffled. The logits rows are padded to
 // 68 floats (64 + one 16-byte access width): with stmatrix's 16-byte rows that puts 8 rows on 8
 // different bank quads (the write-up's pad of 72 would leave a 2-way conflict for this access).
+// Q, K and V tiles use the 128-byte swizzle and the XOR address walk of flash_common.cuh. No
+// minimum-blocks hint in __launch_bounds__: the write-up reports about 96 registers and 5 blocks
+// per SM; this rebuild needs more (see the resource table) and spills when held to 5 blocks.
+//
 #include "flash_common.cuh"
 
 using namespace flash;
@@ -61,7 +65,7 @@ FLASH_LAUNCH_CONTRACT(kThreads, kBr, kBc, 0)
 extern "C" __global__ void __launch_bounds__(kThreads)
 flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, const half* __restrict__ v,
                         half* __restrict__ o, int seq_len, float scale_log2) {
-  __shared__ __align__(128) SharedStorage smem;
+  __shared__ __align__(1024) SharedStorage smem;  // tile rows 256-byte aligned: see kstep_addr
 
   const int thread = threadIdx.x, warp = thread / 32, lane = thread % 32;
   const int g = lane / 4, quad = lane % 4;  // accumulator row / column pair of this lane
@@ -95,6 +99,11 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     ldmatrix_x4(q_frag[ks], smem_addr(smem.q + swizzle<kRowChunks>(qk_rows + lane % 16, 2 * ks + lane / 16)));
 
   float o_acc[8][4] = {};  // 16 rows x 64 head columns per warp
+  // ldmatrix addresses of k-step 0; later k-steps are one XOR away (kstep_addr).
+  const uint32_t k_addr0 = smem_addr(smem.kv + swizzle<kRowChunks>(qk_keys + (lane / 16) * 8 + lane % 8, (lane / 8) % 2));
+  const uint32_t p_addr0 = smem_addr(smem.p + swizzle<kBc / kChunkHalves>(pv_rows + lane % 16, lane / 16));
+  const uint32_t v_addr0 =
+      smem_addr(smem.kv + swizzle<kRowChunks>(logits_column_to_key(((lane / 8) % 2) * 8 + lane % 8), pv_chunk0 + lane / 16));
   const int num_tiles = seq_len / kBc;
 
   for (int tile = 0; tile < num_tiles; ++tile) {
@@ -103,10 +112,9 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {  // two n8 tiles per ldmatrix.x4
-        const int key = qk_keys + np * 16 + (lane / 16) * 8 + lane % 8;
+      for (int np = 0; np < 2; ++np) {  // two n8 tiles (keys np*16..) per ldmatrix.x4
         uint32_t b[4];
-        ldmatrix_x4(b, smem_addr(smem.kv + swizzle<kRowChunks>(key, 2 * ks + (lane / 8) % 2)));
+        ldmatrix_x4(b, kstep_addr(k_addr0, ks) + np * 16 * kD * sizeof(half));
         mma_m16n8k16(s_acc[2 * np], q_frag[ks], b[0], b[1]);
         mma_m16n8k16(s_acc[2 * np + 1], q_frag[ks], b[2], b[3]);
       }
@@ -175,13 +183,11 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
 #pragma unroll
     for (int ks = 0; ks < kBc / 16; ++ks) {
       uint32_t p_frag[4];
-      ldmatrix_x4(p_frag, smem_addr(smem.p + swizzle<kBc / kChunkHalves>(pv_rows + lane % 16, 2 * ks + lane / 16)));
-      // V^T fragments: matrix i covers keys 16ks + 8*(i%2).. and head columns 8*(i/2).. of the pair
-      const int key = logits_column_to_key(ks * 16 + ((lane / 8) % 2) * 8 + lane % 8);
+      ldmatrix_x4(p_frag, kstep_addr(p_addr0, ks));
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
+      for (int np = 0; np < 4; ++np) {  // V^T fragments: keys 16ks.. (in logits order), head chunks 2np..
         uint32_t b[4];
-        ldmatrix_x4_trans(b, smem_addr(smem.kv + swizzle<kRowChunks>(key, pv_chunk0 + 2 * np + lane / 16)));
+        ldmatrix_x4_trans(b, kstep_addr(v_addr0, np) + ks * 16 * kD * sizeof(half));
         mma_m16n8k16(o_acc[2 * np], p_frag, b[0], b[1]);
         mma_m16n8k16(o_acc[2 * np + 1], p_frag, b[2], b[3]);
       }

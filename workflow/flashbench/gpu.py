@@ -67,8 +67,9 @@ def require() -> GPU:
 def git_commit(root: Path | str = ".") -> str:
     """HEAD of the checkout, '+dirty' if it has changes; FLASHBENCH_GIT_COMMIT where there is no .git."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        git = ["git", "-c", "safe.directory=*"]  # a copied checkout may belong to another user
+        head = subprocess.run([*git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
         return head.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):

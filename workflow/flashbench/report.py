@@ -32,13 +32,13 @@ def tflops_figure(rows: list[dict], gpu_name: str, path: Path) -> None:
     long = []
     for r in rows:
         if r["tflops"] is not None:
-            long.append({"kernel": r["kernel"], "TFLOPS": r["tflops"], "source": f"measured, {gpu_name}"})
+            long.append({"kernel": r["name"], "TFLOPS": r["tflops"], "source": f"measured, {gpu_name}"})
         if r["published_tflops"] is not None:
-            long.append({"kernel": r["kernel"], "TFLOPS": r["published_tflops"], "source": "write-up, B300"})
+            long.append({"kernel": r["name"], "TFLOPS": r["published_tflops"], "source": "write-up, B300"})
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(rows), 4))
     if long:
         data = pd.DataFrame(long)
-        sns.barplot(data=data, x="kernel", y="TFLOPS", hue="source", order=[r["kernel"] for r in rows], ax=ax)
+        sns.barplot(data=data, x="kernel", y="TFLOPS", hue="source", order=[r["name"] for r in rows], ax=ax)
         for container in ax.containers:
             ax.bar_label(container, fmt="%.0f", fontsize=8)
     ax.set_title("Attention forward, B=1 H=64 S=1024 D=128, fp16")
@@ -93,6 +93,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, slug: st
         "archs": archs,
         "resources": {(r.kernel, r.arch): r._asdict() for r in resources.itertuples()},
         "checks": summary.to_dict("records"),
+        "extra_shapes": int((~summary.is_case).sum() // max(1, summary.kernel.nunique())),
         "findings": conclusions.findings(summary, resources, meta, gpu_name),
         "figure": FIGURE,
     }

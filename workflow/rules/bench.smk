@@ -21,7 +21,7 @@ if GPU_MODE:
             gpu=1,
         shell:
             "{PY} -m flashbench bench --cubin {input.cubin} --record {input.record} --check {input.check}"
-            " --shape '{params.shape}' --steps {params.steps} --repeats {params.repeats} --warmup {params.warmup}"
+            " --shape {params.shape:q} --steps {params.steps} --repeats {params.repeats} --warmup {params.warmup}"
             " --out {output} 2>&1 | tee {log}"
 
     rule bench_all:

@@ -17,7 +17,7 @@ if GPU_MODE:
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench check --cubin {input.cubin} --record {input.record} --shapes '{params.shapes}'"
+            "{PY} -m flashbench check --cubin {input.cubin} --record {input.record} --shapes {params.shapes:q}"
             " --tolerance {params.tolerance} --out {output} 2>&1 | tee {log}"
 
     rule check_all:

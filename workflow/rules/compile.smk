@@ -16,5 +16,5 @@ rule compile:
         defines=lambda w: json.dumps(KERNELS[w.kernel].defines),
     shell:
         "{PY} -m flashbench compile --kernel {wildcards.kernel} --source {input.source} --arch {wildcards.arch}"
-        " --flags '{params.flags}' --defines '{params.defines}' --cubin {output.cubin} --record {output.record}"
+        " --flags {params.flags:q} --defines {params.defines:q} --cubin {output.cubin} --record {output.record}"
         " > {log} 2>&1"

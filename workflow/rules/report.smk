@@ -21,9 +21,9 @@ rule summarize:
         case=json.dumps(SETTINGS.case.as_dict()),
         gpu_arch=GPU_ARCH,
     shell:
-        "{PY} -m flashbench summarize --kernels '{params.kernels}' --checks {input.checks}"
+        "{PY} -m flashbench summarize --kernels {params.kernels:q} --checks {input.checks}"
         " --benches {input.benches} --compiled {input.compiled} --gpu-arch {params.gpu_arch}"
-        " --case '{params.case}' --out-dir results/{wildcards.gpu} > {log} 2>&1"
+        " --case {params.case:q} --out-dir results/{wildcards.gpu} > {log} 2>&1"
 
 
 rule render_report:
