@@ -35,7 +35,7 @@ else:
             "{PY} -m flashbench rerender-archive --template {input.template} 2>&1 | tee {log}"
 
 
-rule compile_all:
+rule compile:
     input:
         compile_records(),
 

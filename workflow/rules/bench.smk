@@ -2,7 +2,7 @@
 
 if GPU_MODE:
 
-    rule bench:
+    rule bench_kernel:
         input:
             cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
@@ -24,13 +24,13 @@ if GPU_MODE:
             " --shape {params.shape:q} --steps {params.steps} --repeats {params.repeats} --warmup {params.warmup}"
             " --out {output} 2>&1 | tee {log}"
 
-    rule bench_all:
+    rule bench:
         input:
             expand("results/{gpu}/bench/{kernel}.json", gpu=GPU_SLUG, kernel=KERNELS),
 
 else:
 
-    rule bench_all:
+    rule bench:
         log:
             "logs/bench-needs-gpu.log",
         shell:

@@ -2,7 +2,7 @@
 
 if GPU_MODE:
 
-    rule check:
+    rule check_kernel:
         input:
             cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
@@ -20,13 +20,13 @@ if GPU_MODE:
             "{PY} -m flashbench check --cubin {input.cubin} --record {input.record} --shapes {params.shapes:q}"
             " --tolerance {params.tolerance} --out {output} 2>&1 | tee {log}"
 
-    rule check_all:
+    rule check:
         input:
             expand("results/{gpu}/check/{kernel}.json", gpu=GPU_SLUG, kernel=KERNELS),
 
 else:
 
-    rule check_all:
+    rule check:
         log:
             "logs/check-needs-gpu.log",
         shell:

@@ -1,7 +1,7 @@
 # compile: one cubin and one ptxas record per kernel and architecture (no GPU needed).
 
 
-rule compile:
+rule compile_kernel:
     input:
         source=lambda w: KERNELS[w.kernel].source,
         headers=KERNEL_HEADERS,
