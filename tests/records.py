@@ -1,0 +1,66 @@
+"""Synthetic raw records shaped like the pipeline's, for CPU tests of summarize and render.
+The numbers are test inputs, not measurements: nothing here is written under results/."""
+from flashbench.files import write_json
+
+CASE = {"B": 1, "H": 64, "S": 1024, "D": 128}
+EXTRA = {"B": 2, "H": 16, "S": 2048, "D": 128}
+KERNELS = [
+    {"name": "v11", "kind": "version", "source": "kernels/v11.cu", "change": "G2's final state",
+     "published_tflops": 144.41, "parent": None},
+    {"name": "v12", "kind": "version", "source": "kernels/v12.cu", "change": "fragment reshape",
+     "published_tflops": 219.15, "parent": None},
+    {"name": "v13", "kind": "version", "source": "kernels/v13.cu", "change": "warp specialisation",
+     "published_tflops": 226.83, "parent": None},
+    {"name": "br128", "kind": "ablation", "source": "kernels/v13.cu", "change": "Br 64 -> 128",
+     "published_tflops": 198.96, "parent": "v13"},
+]
+
+
+def provenance(kernel: str) -> dict:
+    return {"gpu": "NVIDIA H200", "arch": "sm_90", "sm_count": 132, "l2_bytes": 62914560, "driver": "580.1",
+            "cuda_driver": "13.0", "cuda_runtime": "13.0", "cupy": "14.2.0", "sm_clock_mhz": "1980",
+            "sm_clock_max_mhz": "1980", "mem_clock_mhz": "3201", "power_w": "300", "temperature_c": "50",
+            "git_commit": "abc123", "date": "2026-01-01T00:00:00+00:00"}
+
+
+def timing(tflops: float) -> dict:
+    ms = 34.359738368e9 / (tflops * 1e12) * 1e3
+    return {**CASE, "steps": 100, "repeats": 10, "warmup": 2, "total_s": ms / 10, "ms_per_step": ms,
+            "ms_median": ms * 1.01, "ms_min": ms * 0.99, "ms_max": ms * 1.2, "tflops": tflops,
+            "tflops_median": tflops / 1.01, "tflops_min": tflops / 1.2, "tflops_max": tflops / 0.99,
+            "gib_per_s": 64 * 2**20 / (ms / 1e3) / 2**30, "input_bytes": 48 * 2**20}
+
+
+def compile_record(name: str, arch: str, registers: int, spill: int = 0) -> dict:
+    return {"kernel": name, "arch": arch, "source": "kernels/v11.cu", "defines": {}, "nvcc": "release 13.0",
+            "command": "nvcc ...", "registers": registers, "stack_frame_bytes": spill,
+            "spill_store_bytes": spill, "spill_load_bytes": spill, "static_smem_bytes": 37760, "spill_bytes": 2 * spill,
+            "launch": {"threads": 128, "block_rows": 32, "block_cols": 64, "dynamic_smem_bytes": 0, "head_dim": 128},
+            "smem_bytes": 37760, "blocks_per_sm": 4, "limited_by": ["registers"], "ptxas_report": ""}
+
+
+def write(tmp, tflops: dict, failing: str | None = None) -> dict:
+    """Write check, bench and compile records for KERNELS; `failing` fails its check. Returns paths."""
+    paths = {"checks": [], "benches": [], "compiled": []}
+    for k in KERNELS:
+        name = k["name"]
+        passed = name != failing
+        shapes = [{**s, "seed": 1, "passed": passed, "rel_error": 3e-4 if passed else 0.5, "max_abs_error": 1e-4,
+                   "nonfinite": 0, "reason": None if passed else "relative error 5.000e-01 is not below 0.01"}
+                  for s in (CASE, EXTRA)]
+        check = {"kernel": name, "tolerance": 0.01, "passed": passed,
+                 "reason": None if passed else "B=1 H=64 S=1024: relative error 5.000e-01 is not below 0.01",
+                 "shapes": shapes}
+        bench = ({"kernel": name, "timed": True, "reason": None, "timing": timing(tflops[name]),
+                  "provenance": provenance(name)} if passed else
+                 {"kernel": name, "timed": False, "reason": "failed its check: ..."})
+        for kind, record in (("checks", check), ("benches", bench)):
+            path = tmp / kind / f"{name}.json"
+            write_json(path, record)
+            paths[kind].append(path)
+        for arch in ("sm_90", "sm_103"):
+            path = tmp / "build" / arch / f"{name}.json"
+            write_json(path, compile_record(name, arch, 126 if name != "br128" else 128,
+                                            spill=64 if name == "br128" else 0))
+            paths["compiled"].append(path)
+    return paths

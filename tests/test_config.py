@@ -1,0 +1,54 @@
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from flashbench.config import ConfigError, validate
+
+from conftest import ROOT
+
+CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def edited(edit) -> dict:
+    config = copy.deepcopy(CONFIG)
+    edit(config)
+    return config
+
+
+def test_the_shipped_config_is_valid():
+    settings = validate(CONFIG, root=ROOT)
+    assert [k.name for k in settings.kernels] == CONFIG["versions"]
+    assert settings.check_shapes[0] == settings.case  # the timed case is always checked
+    assert len(settings.check_shapes) >= 4
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["versions"].append("v99"), r"'versions\[1\]': unknown version 'v99'"),
+    (lambda c: c["case"].update(S=1000), r"'case.S': 1000 is not a multiple of 128"),
+    (lambda c: c["check"]["shapes"][1].update(S=200), r"'check.shapes\[1\].S': 200 is not a multiple of 128"),
+    (lambda c: c["case"].update(D=64), r"'case.D': 128 was expected"),
+    (lambda c: c["archs"].append("sm_75"), r"'archs\[2\]': 'sm_75' is not one of"),
+    (lambda c: c["bench"].update(steps="100x"), r"'bench.steps': '100x' is not of type 'integer'"),
+    (lambda c: c["check"].update(tolerance="1e-2"), r"'check.tolerance': '1e-2' is not of type 'number'"),
+    (lambda c: c["check"].update(tolerance=0.5), r"'check.tolerance': 0.5 is greater than the maximum"),
+    (lambda c: c.update(colour="blue"), r"'\(top level\)': Additional properties are not allowed \('colour'"),
+    (lambda c: c["kernels"]["v11"].update(source="kernels/nope.cu"), r"'kernels.v11.source': no such file"),
+    (lambda c: c["kernels"]["v11"].update(kind="ablation"), r"'kernels.v11.parent': an ablation must name"),
+    (lambda c: c.update(gpu="NVIDIA H200"), r"'gpu': 'NVIDIA H200' does not match"),
+])
+def test_bad_config_names_the_key(edit, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(edited(edit), root=ROOT)
+
+
+def test_snakemake_rejects_bad_config_before_any_job(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(edited(lambda c: c["case"].update(S=1000))))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--nolock", "--configfile", str(bad)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "config key 'case.S': 1000 is not a multiple of 128" in proc.stderr + proc.stdout
+    assert "Job stats" not in proc.stdout

@@ -1,0 +1,51 @@
+import numpy as np
+import pytest
+
+from flashbench import attention
+from flashbench.config import Shape
+
+CASE = Shape(1, 64, 1024, 128)
+
+
+def test_flops_of_the_case_match_the_write_up():
+    assert attention.flops(CASE) == 4 * 64 * 1024**2 * 128
+    assert attention.flops(CASE) / 1e9 == pytest.approx(34.36, abs=0.01)
+
+
+@pytest.mark.parametrize("total_s, published", [(0.0157, 219.15), (0.0151, 226.83), (0.0173, 198.96)])
+def test_tflops_from_the_write_ups_100_step_totals(total_s, published):
+    # the write-up printed its totals rounded to 0.1 ms, so its TFLOPS agree to within that rounding
+    assert attention.tflops(CASE, total_s / 100) == pytest.approx(published, rel=0.005)
+
+
+def test_memory_throughput_counts_q_k_v_and_o():
+    assert attention.qkvo_bytes(CASE) == 4 * 64 * 1024 * 128 * 2
+    assert attention.gib_per_s(CASE, 1.0) == pytest.approx(64 / 1024)
+    assert attention.input_bytes(CASE) == 48 * 2**20
+
+
+def _naive(q, k, v):
+    out = np.zeros(q.shape)
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            s = q[b, h].astype(np.float64) @ k[b, h].astype(np.float64).T / np.sqrt(128)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            out[b, h] = (p / p.sum(axis=1, keepdims=True)) @ v[b, h]
+    return out
+
+
+def test_reference_matches_a_float64_softmax_attention():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 3, 40, 128)).astype(np.float16) for _ in range(3))
+    ref = attention.reference(q, k, v, np, max_logit_bytes=40 * 40 * 4 * 2)  # forces chunking over heads
+    err = attention.errors(ref, _naive(q, k, v), np)
+    assert err["rel_error"] < 1e-6 and err["nonfinite"] == 0
+
+
+def test_errors_fail_nan_and_measure_relative_error():
+    ref = np.ones((1, 1, 4, 128), dtype=np.float32)
+    assert attention.errors(ref * 1.01, ref, np)["rel_error"] == pytest.approx(0.01, rel=1e-4)
+    poisoned = ref.copy()
+    poisoned[0, 0, 2, 5] = np.nan
+    err = attention.errors(poisoned, ref, np)
+    assert err["nonfinite"] == 1 and np.isnan(err["rel_error"])

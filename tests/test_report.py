@@ -1,0 +1,78 @@
+"""summarize + render from synthetic records (tests/records.py), no GPU."""
+import pandas as pd
+import pytest
+
+from flashbench import FlashbenchError, conclusions, report
+from flashbench.files import write_json, write_text
+from flashbench.summary import SUMMARY_COLUMNS, choices, summarize
+
+import records
+from conftest import ROOT
+
+TEMPLATE = ROOT / "workflow" / "templates" / "report.md.j2"
+
+
+def results_folder(tmp_path, tflops, failing=None):
+    paths = records.write(tmp_path, tflops, failing)
+    summary, resources, meta = summarize(records.KERNELS, paths["checks"], paths["benches"], paths["compiled"],
+                                         "sm_90", records.CASE)
+    out = tmp_path / "results" / "nvidia-h200"
+    write_text(out / "summary.csv", summary.to_csv(index=False))
+    write_text(out / "resources.csv", resources.to_csv(index=False))
+    write_json(out / "kernels.json", meta)
+    return out
+
+
+def test_summary_has_one_row_per_kernel_and_shape(tmp_path):
+    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0})
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary.columns) == SUMMARY_COLUMNS
+    assert len(summary) == 4 * 2
+    case = summary[summary.is_case].set_index("kernel")
+    assert case.loc["v12", "tflops"] == 210.0 and case.loc["br128", "kind"] == "ablation"
+    assert summary[~summary.is_case].tflops.isna().all()  # only the case is timed
+    assert case.loc["br128", "spill_bytes"] == 128
+
+
+def test_report_renders_tables_figure_and_data_driven_findings(tmp_path):
+    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0})
+    path = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200")
+    text = path.read_text()
+    assert (tmp_path / "reports" / "tflops.png").stat().st_size > 1000
+    assert "| v12 | fragment reshape | **210.0** |" in text
+    assert "+50.0%" in text  # 210 / 140
+    assert "+51.8%" in text  # the write-up's 219.15 / 144.41
+    assert "-13.6%" in text  # br128 against its parent v13
+    assert "+4.8%" in text  # v13 against v12
+    assert "inputs fit in L2" in text
+    assert "br128 spills on sm_90: 64 bytes stored" in text
+    assert "The largest step between versions here is v11 -> v12 (+50.0%)" in text
+    assert "abc123" in text and "sm_103" in text
+
+
+def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
+    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0}, failing="v12")
+    text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    assert "| v12 | fragment reshape | failed check |" in text
+    assert "210.0" not in text
+    assert "**v12** failed its correctness check" in text
+    assert "**FAIL**" in text
+
+
+def test_findings_only_state_what_the_numbers_show(tmp_path):
+    out = results_folder(tmp_path, {"v11": 200.0, "v12": 150.0, "v13": 160.0, "br128": 150.0})
+    summary, resources, meta = report.load(out)
+    text = " ".join(conclusions.findings(summary, resources, meta, "NVIDIA H200"))
+    assert "v12 against v11: -25.0%" in text  # a regression is stated as one
+    assert "The largest step between versions here is v12 -> v13 (+6.7%)" in text
+    assert "in the write-up it is v11 -> v12 (+51.8%)" in text
+
+
+def test_missing_results_are_a_clear_error(tmp_path):
+    with pytest.raises(FlashbenchError, match="lacks summary.csv"):
+        report.render(tmp_path, tmp_path / "out", TEMPLATE, "x")
+    assert not (tmp_path / "out" / "report.md").exists()
+
+
+def test_kernel_choices_are_read_from_the_source():
+    assert "stmatrix" in choices(ROOT / "kernels" / "v11.cu")
