@@ -76,3 +76,14 @@ def test_missing_results_are_a_clear_error(tmp_path):
 
 def test_kernel_choices_are_read_from_the_source():
     assert "stmatrix" in choices(ROOT / "kernels" / "v11.cu")
+
+
+ARCHIVED = sorted(p.parent.name for p in (ROOT / "results").glob("*/summary.csv"))
+
+
+@pytest.mark.parametrize("slug", ARCHIVED)
+def test_archived_report_is_what_its_results_render_to(slug, tmp_path):
+    """Archived reports are generated, never edited: re-rendering the archived results reproduces them."""
+    archived = (ROOT / "reports" / slug / "report.md").read_text()
+    fresh = report.render(ROOT / "results" / slug, tmp_path, TEMPLATE, slug).read_text()
+    assert fresh == archived, f"reports/{slug}/report.md differs from its results: run `snakemake report`"

@@ -22,7 +22,8 @@ def load(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     return summary, resources, read_json(results_dir / "kernels.json")
 
 
-def tflops_figure(rows: list[dict], gpu_name: str, path: Path) -> None:
+def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path) -> None:
+    """Bars of measured TFLOPS per kernel, the write-up's B300 figures beside them."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,13 +36,14 @@ def tflops_figure(rows: list[dict], gpu_name: str, path: Path) -> None:
             long.append({"kernel": r["name"], "TFLOPS": r["tflops"], "source": f"measured, {gpu_name}"})
         if r["published_tflops"] is not None:
             long.append({"kernel": r["name"], "TFLOPS": r["published_tflops"], "source": "write-up, B300"})
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(rows), 4))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 + 1.3 * len(rows)), 4.2))
     if long:
-        data = pd.DataFrame(long)
-        sns.barplot(data=data, x="kernel", y="TFLOPS", hue="source", order=[r["name"] for r in rows], ax=ax)
+        sns.barplot(data=pd.DataFrame(long), x="kernel", y="TFLOPS", hue="source",
+                    order=[r["name"] for r in rows], ax=ax)
         for container in ax.containers:
             ax.bar_label(container, fmt="%.0f", fontsize=8)
-    ax.set_title("Attention forward, B=1 H=64 S=1024 D=128, fp16")
+        ax.legend(title=None, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+    ax.set_title(f"Attention forward, B={case['B']} H={case['H']} S={case['S']} D={case['D']}, fp16", fontsize=10)
     ax.set_xlabel("")
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
@@ -107,6 +109,6 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     text = env.get_template(Path(template).name).render(**ctx)
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    tflops_figure(ctx["rows"], ctx["gpu_name"], report_dir / FIGURE)
+    tflops_figure(ctx["rows"], ctx["gpu_name"], meta["case"], report_dir / FIGURE)
     write_text(report_dir / "report.md", text)
     return report_dir / "report.md"

@@ -21,7 +21,7 @@ SUMMARY_COLUMNS = [
 RESOURCE_COLUMNS = [
     "kernel", "arch", "registers", "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes",
     "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes", "threads", "block_rows", "blocks_per_sm",
-    "limited_by", "nvcc",
+    "limited_by", "nvcc", "command",
 ]
 _CHOICE = re.compile(r"^\s*//\s*Choice:\s*(.*)$")
 
@@ -44,7 +44,8 @@ def choices(source: Path | str) -> str | None:
 def resources_table(compile_records: list[dict]) -> pd.DataFrame:
     rows = [{
         **{k: r[k] for k in ("kernel", "arch", "registers", "spill_store_bytes", "spill_load_bytes",
-                              "stack_frame_bytes", "static_smem_bytes", "smem_bytes", "blocks_per_sm", "nvcc")},
+                              "stack_frame_bytes", "static_smem_bytes", "smem_bytes", "blocks_per_sm", "nvcc",
+                              "command")},
         "dynamic_smem_bytes": r["launch"]["dynamic_smem_bytes"],
         "threads": r["launch"]["threads"],
         "block_rows": r["launch"]["block_rows"],
