@@ -6,12 +6,12 @@ if GPU_MODE:
         input:
             cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
-            check="results/{gpu}/check/{kernel}.json",
+            check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
             code=package_modules("timing", "launch", "attention", "gpu", "config", "cli"),
         output:
-            "results/{gpu}/bench/{kernel}.json",
+            f"results/{GPU_SLUG}/bench/{{kernel}}.json",
         log:
-            "logs/{gpu}/bench/{kernel}.log",
+            f"logs/{GPU_SLUG}/bench/{{kernel}}.log",
         params:
             shape=json.dumps(SETTINGS.case.as_dict()),
             steps=SETTINGS.bench["steps"],
@@ -26,7 +26,7 @@ if GPU_MODE:
 
     rule bench:
         input:
-            expand("results/{gpu}/bench/{kernel}.json", gpu=GPU_SLUG, kernel=KERNELS),
+            expand(f"results/{GPU_SLUG}/bench/{{kernel}}.json", kernel=KERNELS),
 
 else:
 

@@ -8,9 +8,9 @@ if GPU_MODE:
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
             code=package_modules("check", "launch", "attention", "gpu", "config", "cli"),
         output:
-            "results/{gpu}/check/{kernel}.json",
+            f"results/{GPU_SLUG}/check/{{kernel}}.json",
         log:
-            "logs/{gpu}/check/{kernel}.log",
+            f"logs/{GPU_SLUG}/check/{{kernel}}.log",
         params:
             shapes=json.dumps([s.as_dict() for s in SETTINGS.check_shapes]),
             tolerance=SETTINGS.tolerance,
@@ -22,7 +22,7 @@ if GPU_MODE:
 
     rule check:
         input:
-            expand("results/{gpu}/check/{kernel}.json", gpu=GPU_SLUG, kernel=KERNELS),
+            expand(f"results/{GPU_SLUG}/check/{{kernel}}.json", kernel=KERNELS),
 
 else:
 

@@ -59,9 +59,6 @@ def archived_results():
     return sorted(str(p) for p in Path("results").glob("*/summary.csv"))
 
 
-def results_dir(gpu):
-    return f"results/{gpu}"
-
 
 def report_outputs(gpu):
     return [f"reports/{gpu}/report.md", f"reports/{gpu}/tflops.png"]

@@ -1,29 +1,33 @@
-# summarize + render_report: one GPU's tidy tables, then its markdown report and figure.
+# summarize: this GPU's records into its tidy tables (GPU mode only: an archive is never
+# re-summarized with another machine's builds). render_report: any GPU's report from its tables.
 
+if GPU_MODE:
 
-rule summarize:
-    input:
-        checks=expand("results/{{gpu}}/check/{kernel}.json", kernel=KERNELS),
-        benches=expand("results/{{gpu}}/bench/{kernel}.json", kernel=KERNELS),
-        compiled=compile_records(),
-        code=package_modules("summary", "cli"),
-    output:
-        summary="results/{gpu}/summary.csv",
-        resources="results/{gpu}/resources.csv",
-        kernels="results/{gpu}/kernels.json",
-    log:
-        "logs/{gpu}/summarize.log",
-    params:
-        kernels=json.dumps(
-            [{"name": k.name, **{f: getattr(k, f) for f in ("kind", "source", "change", "published_tflops", "parent")}}
-             for k in SETTINGS.kernels]
-        ),
-        case=json.dumps(SETTINGS.case.as_dict()),
-        gpu_arch=GPU_ARCH,
-    shell:
-        "{PY} -m flashbench summarize --kernels {params.kernels:q} --checks {input.checks}"
-        " --benches {input.benches} --compiled {input.compiled} --gpu-arch {params.gpu_arch}"
-        " --case {params.case:q} --out-dir results/{wildcards.gpu} > {log} 2>&1"
+    rule summarize:
+        input:
+            checks=expand(f"results/{GPU_SLUG}/check/{{kernel}}.json", kernel=KERNELS),
+            benches=expand(f"results/{GPU_SLUG}/bench/{{kernel}}.json", kernel=KERNELS),
+            compiled=compile_records(),
+            code=package_modules("summary", "cli"),
+        output:
+            summary=f"results/{GPU_SLUG}/summary.csv",
+            resources=f"results/{GPU_SLUG}/resources.csv",
+            kernels=f"results/{GPU_SLUG}/kernels.json",
+        log:
+            f"logs/{GPU_SLUG}/summarize.log",
+        params:
+            kernels=json.dumps(
+                [
+                    {"name": k.name, **{f: getattr(k, f) for f in ("kind", "source", "change", "published_tflops", "parent")}}
+                    for k in SETTINGS.kernels
+                ]
+            ),
+            case=json.dumps(SETTINGS.case.as_dict()),
+            gpu_arch=GPU_ARCH,
+        shell:
+            "{PY} -m flashbench summarize --kernels {params.kernels:q} --checks {input.checks}"
+            " --benches {input.benches} --compiled {input.compiled} --gpu-arch {params.gpu_arch}"
+            f" --case {{params.case:q}} --out-dir results/{GPU_SLUG} > {{log}} 2>&1"
 
 
 rule render_report:
