@@ -24,7 +24,8 @@ def test_every_kernel_compiles_for_both_archs(records, settings):
         assert 0 < r["registers"] <= 255
         assert r["blocks_per_sm"] >= 1, f"{name} cannot be resident on {arch}"
         assert "-Xptxas -v" in r["command"] and f"-arch={arch}" in r["command"]
-        assert "release 13" in r["nvcc"] or "release" in r["nvcc"]
+        assert "release 13." in r["nvcc"]
+        assert len(r["cubin_sha256"]) == 64 and len(r["source_sha256"]) == 64
 
 
 def test_launch_contract_comes_from_the_kernel(records):

@@ -38,6 +38,10 @@ def test_the_shipped_config_is_valid():
     (lambda c: c["kernels"]["v11"].update(source="kernels/nope.cu"), r"'kernels.v11.source': no such file"),
     (lambda c: c["kernels"]["v11"].update(kind="ablation"), r"'kernels.v11.parent': an ablation must name"),
     (lambda c: c.update(gpu="NVIDIA H200"), r"'gpu': 'NVIDIA H200' does not match"),
+    (lambda c: c.update(gpu_arch="sm_80"), r"'gpu_arch': 'sm_80' is not valid"),
+    (lambda c: c["check"].update(shapes=c["check"]["shapes"][:2]), r"'check.shapes': .* is too short"),
+    (lambda c: c["check"]["shapes"].append(dict(c["case"])) or c["check"]["shapes"].pop(0),
+     r"'check.shapes': needs at least 3 shapes other than the case, has 2"),
 ])
 def test_bad_config_names_the_key(edit, message):
     with pytest.raises(ConfigError, match=message):

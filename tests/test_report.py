@@ -1,4 +1,6 @@
 """summarize + render from synthetic records (tests/records.py), no GPU."""
+import json
+
 import pandas as pd
 import pytest
 
@@ -48,6 +50,7 @@ def test_report_renders_tables_figure_and_data_driven_findings(tmp_path):
     assert "br128 spills on sm_90: 64 bytes stored" in text
     assert "The largest step between versions here is v11 -> v12 (+50.0%)" in text
     assert "abc123" in text and "sm_103" in text
+    assert "v11 on sm_90: 126 registers" in text and "the write-up reports about 96 registers for it" in text
 
 
 def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
@@ -87,3 +90,16 @@ def test_archived_report_is_what_its_results_render_to(slug, tmp_path):
     archived = (ROOT / "reports" / slug / "report.md").read_text()
     fresh = report.render(ROOT / "results" / slug, tmp_path, TEMPLATE, slug).read_text()
     assert fresh == archived, f"reports/{slug}/report.md differs from its results: run `snakemake report`"
+
+
+def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path):
+    from flashbench.cli import main
+
+    paths = records.write(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0}, failing="v12")
+    failed_check = paths["checks"][1]
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--cubin", "none", "--record", "none", "--check", str(failed_check), "--out", str(out),
+                 "--shape", "{}", "--steps", "1", "--repeats", "1", "--warmup", "0"]) == 0
+    record = json.loads(out.read_text())
+    assert record["timed"] is False and record["reason"].startswith("failed its check")
+    assert "timing" not in record

@@ -19,7 +19,8 @@ def check_shape(kernel: AttentionKernel, shape: Shape, tolerance: float, seed: i
     try:
         kernel(q, k, v, o)
         cp.cuda.runtime.deviceSynchronize()
-    except cp.cuda.driver.CUDADriverError as e:  # a launch that faults poisons the context: stop here
+    except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
+        # a kernel that faults poisons the CUDA context: record it and check no further shape
         return {**row, "passed": False, "reason": f"kernel launch failed: {e}", "fatal": True}
     result = attention.errors(o, attention.reference(q, k, v, cp), cp)
     if result["nonfinite"]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import FlashbenchError
 from .config import Shape
-from .files import read_json, write_json, write_text
+from .files import read_json, sha256, write_json, write_text
 
 
 def _progress(message: str) -> None:
@@ -33,10 +33,15 @@ def _kernel(a):
     from . import gpu
     from .launch import AttentionKernel
 
-    here = gpu.require()
+    gpu.require()
+    import cupy as cp
+
     record = read_json(a.record)
-    if record["arch"] != here.arch:
-        raise FlashbenchError(f"{a.cubin} is built for {record['arch']} but the GPU here ({here.name}) is {here.arch}")
+    here = "sm_" + cp.cuda.Device().compute_capability
+    if record["arch"] != here:
+        raise FlashbenchError(f"{a.cubin} is built for {record['arch']} but the GPU it would run on is {here}")
+    if sha256(a.cubin) != record["cubin_sha256"]:
+        raise FlashbenchError(f"{a.cubin} is not the cubin its compile record describes: recompile it")
     return AttentionKernel(a.cubin, record)
 
 
@@ -46,7 +51,7 @@ def cmd_check(a) -> None:
     kernel = _kernel(a)
     shapes = [Shape(**s) for s in json.loads(a.shapes)]
     result = check_kernel(kernel, shapes, a.tolerance, progress=_progress)
-    write_json(a.out, result)
+    write_json(a.out, {**result, "cubin_sha256": kernel.record["cubin_sha256"]})
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
 
 
@@ -65,7 +70,8 @@ def cmd_bench(a) -> None:
     shape = Shape(**json.loads(a.shape))
     _progress(f"bench {kernel.name}: {shape}, {a.steps}-step method + {a.repeats} timed calls")
     timing = bench(kernel, shape, a.steps, a.repeats, a.warmup, seed=secrets.randbits(32))
-    record = {"kernel": kernel.name, "timed": True, "reason": None, "timing": timing, "provenance": gpu.provenance()}
+    record = {"kernel": kernel.name, "timed": True, "reason": None, "cubin_sha256": kernel.record["cubin_sha256"],
+              "timing": timing, "provenance": gpu.provenance()}
     write_json(a.out, record)
     print(f"{kernel.name}: {timing['tflops']:.1f} TFLOPS ({a.steps}-step), median {timing['tflops_median']:.1f}")
 

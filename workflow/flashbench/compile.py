@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from . import FlashbenchError, occupancy, ptxas
+from .files import sha256
 
 ENTRY = "flash_attention_forward"
 
@@ -46,13 +47,13 @@ def _run(cmd: list[str], what: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def launch_contract(source: Path, flags: list[str], defines: dict) -> dict:
+def launch_contract(source: Path, arch: str, flags: list[str], defines: dict) -> dict:
     """Compile the kernel file for the host with its contract printer and run it."""
     host_flags = [f for f in flags if f != "-lineinfo"]
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "contract"
-        # PTX only (compute_90): ptxas is not needed to read constants off the host side.
-        _run([nvcc(), "-arch=compute_90", *host_flags, "-DFLASH_PRINT_LAUNCH_CONTRACT", *define_flags(defines),
+        # PTX only (compute_XX): ptxas is not needed to read constants off the host side.
+        _run([nvcc(), f"-arch={arch.replace('sm_', 'compute_')}", *host_flags, "-DFLASH_PRINT_LAUNCH_CONTRACT", *define_flags(defines),
               "-I", str(source.parent), "-o", str(exe), str(source)], "building the launch-contract printer")
         out = _run([str(exe)], "running the launch-contract printer")
     try:
@@ -70,7 +71,7 @@ def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], d
     resources = ptxas.parse(report, ENTRY)
     if resources["arch"] != arch:
         raise FlashbenchError(f"ptxas compiled {name} for {resources['arch']}, asked for {arch}")
-    contract = launch_contract(source, flags, defines)
+    contract = launch_contract(source, arch, flags, defines)
     smem_total = resources["static_smem_bytes"] + contract["dynamic_smem_bytes"]
     return {
         "kernel": name,
@@ -79,6 +80,9 @@ def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], d
         "defines": defines,
         "nvcc": nvcc_version(),
         "command": shlex.join(cmd),
+        "source_sha256": sha256(source),
+        "headers_sha256": {p.name: sha256(p) for p in sorted(source.parent.glob("*.cuh"))},
+        "cubin_sha256": sha256(cubin),
         **{k: v for k, v in resources.items() if k != "arch"},
         "spill_bytes": resources["spill_store_bytes"] + resources["spill_load_bytes"],
         "launch": contract,

@@ -73,10 +73,14 @@ def findings(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_nam
     for r in spilling.itertuples():
         out.append(f"{r.kernel} spills on {arch}: {r.spill_store_bytes} bytes stored, {r.spill_load_bytes} loaded, "
                    f"{r.stack_frame_bytes}-byte stack frame (ptxas).")
+    published_registers = {k["name"]: k.get("published_registers") for k in kernels}
     for r in here.itertuples():
-        out.append(f"{r.kernel} on {arch}: {r.registers} registers, {r.smem_bytes / 1024:.1f} KiB shared memory per "
-                   f"block, {r.blocks_per_sm} blocks ({r.blocks_per_sm * r.threads // 32} warps) per SM, limited by "
-                   f"{r.limited_by}.")
+        text = (f"{r.kernel} on {arch}: {r.registers} registers, {r.smem_bytes / 1024:.1f} KiB shared memory per "
+                f"block, {r.blocks_per_sm} blocks ({r.blocks_per_sm * r.threads // 32} warps) per SM, limited by "
+                f"{r.limited_by}")
+        if published_registers.get(r.kernel):
+            text += f" (the write-up reports about {published_registers[r.kernel]} registers for it)"
+        out.append(text + ".")
     return out
 
 

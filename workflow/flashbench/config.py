@@ -37,6 +37,7 @@ class Kernel:
     source: str
     change: str
     published_tflops: float | None = None
+    published_registers: int | None = None
     parent: str | None = None
     defines: dict = field(default_factory=dict)
 
@@ -71,6 +72,10 @@ def _schema() -> dict:
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
+def supported_archs() -> list[str]:
+    return list(_schema()["$defs"]["arch"]["enum"])
+
+
 def validate(config: dict, root: Path | str = ".") -> Settings:
     """Check a loaded config; raise ConfigError naming the first bad key, else return Settings."""
     validator = jsonschema.Draft202012Validator(_schema())
@@ -95,7 +100,9 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
         kernels.append(Kernel(name=name, **spec))
 
     case = Shape(**config["case"])
-    extra = [Shape(**s) for s in config["check"]["shapes"]]
+    extra = list(dict.fromkeys(Shape(**s) for s in config["check"]["shapes"] if Shape(**s) != case))
+    if len(extra) < 3:
+        raise ConfigError(f"config key 'check.shapes': needs at least 3 shapes other than the case, has {len(extra)}")
     return Settings(
         gpu=config.get("gpu"),
         gpu_arch=config.get("gpu_arch"),
@@ -103,7 +110,7 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
         nvcc_flags=list(config.get("nvcc_flags", [])),
         kernels=kernels,
         case=case,
-        check_shapes=[case] + [s for s in extra if s != case],
+        check_shapes=[case] + extra,
         tolerance=float(config["check"]["tolerance"]),
         bench=dict(config["bench"]),
     )

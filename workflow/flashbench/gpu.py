@@ -37,13 +37,16 @@ def arch_of(compute_cap: str) -> str:
     return f"sm_{int(major)}{int(minor)}"
 
 
-def _smi(*query: str) -> list[str] | None:
-    """First GPU's values of an nvidia-smi query, or None where there is no usable GPU."""
+def _smi(*query: str, device: str | None = None) -> list[str] | None:
+    """One GPU's values of an nvidia-smi query, or None where there is no usable GPU. The GPU is
+    `device` (index, UUID or PCI bus id), else the first of CUDA_VISIBLE_DEVICES, else the first."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
+    device = device or os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or None
     try:
-        proc = subprocess.run([smi, f"--query-gpu={','.join(query)}", "--format=csv,noheader,nounits"],
+        proc = subprocess.run([smi, f"--query-gpu={','.join(query)}", "--format=csv,noheader,nounits",
+                               *(["-i", device] if device else [])],
                               capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -65,7 +68,7 @@ def require() -> GPU:
 
 
 def git_commit(root: Path | str = ".") -> str:
-    """HEAD of the checkout, '+dirty' if it has changes; FLASHBENCH_GIT_COMMIT where there is no .git."""
+    """HEAD of the checkout, '+dirty' if it has changes; FLASHBENCH_GIT_COMMIT where git cannot tell."""
     try:
         git = ["git", "-c", "safe.directory=*"]  # a copied checkout may belong to another user
         head = subprocess.run([*git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
@@ -74,19 +77,19 @@ def git_commit(root: Path | str = ".") -> str:
         return head.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         given = os.environ.get("FLASHBENCH_GIT_COMMIT")
-        return f"{given} (from FLASHBENCH_GIT_COMMIT: the run had no .git)" if given else "unknown (no .git)"
+        return f"{given} (given by FLASHBENCH_GIT_COMMIT: git could not read this checkout)" if given else "unknown"
 
 
 def provenance() -> dict:
     """Where and when a measurement was taken; clocks are read at call time (call it right after timing)."""
     import cupy as cp
 
+    device = cp.cuda.Device()  # the one the kernels ran on: nvidia-smi is asked about it by PCI bus id
     values = _smi("name", "compute_cap", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem",
-                  "power.draw", "temperature.gpu")
+                  "power.draw", "temperature.gpu", device=device.pci_bus_id)
     if values is None:
-        raise NoGPUError("no NVIDIA GPU found (nvidia-smi lists none)")
+        raise NoGPUError(f"nvidia-smi cannot read the GPU at {device.pci_bus_id}")
     name, cc, driver, sm_clock, sm_clock_max, mem_clock, power, temp = values
-    device = cp.cuda.Device()
     attrs = device.attributes
 
     def version(v: int) -> str:
@@ -94,6 +97,7 @@ def provenance() -> dict:
 
     return {
         "gpu": name,
+        "pci_bus_id": device.pci_bus_id,
         "arch": arch_of(cc),
         "sm_count": attrs["MultiProcessorCount"],
         "l2_bytes": attrs["L2CacheSize"],

@@ -94,7 +94,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, slug: st
         "input_bytes": inputs,
         "archs": archs,
         "resources": {(r.kernel, r.arch): r._asdict() for r in resources.itertuples()},
-        "checks": summary.to_dict("records"),
+        "checks": [{k: _none(v) for k, v in row.items()} for row in summary.to_dict("records")],
         "extra_shapes": int((~summary.is_case).sum() // max(1, summary.kernel.nunique())),
         "findings": conclusions.findings(summary, resources, meta, gpu_name),
         "figure": FIGURE,

@@ -21,7 +21,7 @@ SUMMARY_COLUMNS = [
 RESOURCE_COLUMNS = [
     "kernel", "arch", "registers", "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes",
     "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes", "threads", "block_rows", "blocks_per_sm",
-    "limited_by", "nvcc", "command",
+    "limited_by", "nvcc", "command", "cubin_sha256",
 ]
 _CHOICE = re.compile(r"^\s*//\s*Choice:\s*(.*)$")
 
@@ -45,7 +45,7 @@ def resources_table(compile_records: list[dict]) -> pd.DataFrame:
     rows = [{
         **{k: r[k] for k in ("kernel", "arch", "registers", "spill_store_bytes", "spill_load_bytes",
                               "stack_frame_bytes", "static_smem_bytes", "smem_bytes", "blocks_per_sm", "nvcc",
-                              "command")},
+                              "command", "cubin_sha256")},
         "dynamic_smem_bytes": r["launch"]["dynamic_smem_bytes"],
         "threads": r["launch"]["threads"],
         "block_rows": r["launch"]["block_rows"],
@@ -73,7 +73,7 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
                 "arch": gpu_arch, **{k: res.get(k) for k in ("registers", "smem_bytes", "blocks_per_sm")},
                 "spill_bytes": (res["spill_store_bytes"] + res["spill_load_bytes"]) if res else None,
             }
-            if is_case and bench.get("timed"):
+            if is_case and bench.get("timed") and checks[name]["passed"]:
                 row.update({k: bench["timing"][k] for k in ("tflops", "tflops_median", "tflops_min", "tflops_max",
                                                               "ms_per_step", "ms_median", "gib_per_s")})
             rows.append(row)
@@ -94,7 +94,7 @@ def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile
         "tolerance": next(iter(checks.values()))["tolerance"],
         "kernels": [{**k, "choices": choices(sources[k["name"]]) if k["name"] in sources else None,
                      "check_passed": checks[k["name"]]["passed"], "check_reason": checks[k["name"]]["reason"],
-                     "timed": benches.get(k["name"], {}).get("timed", False),
+                     "timed": checks[k["name"]]["passed"] and benches.get(k["name"], {}).get("timed", False),
                      "not_timed_reason": benches.get(k["name"], {}).get("reason"),
                      "timing": benches.get(k["name"], {}).get("timing"),
                      "provenance": benches.get(k["name"], {}).get("provenance")} for k in kernels],

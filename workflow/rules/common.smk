@@ -26,6 +26,11 @@ if GPU_SLUG and not GPU_ARCH:
     raise fb_config.ConfigError(
         f"config key 'gpu_arch': no GPU found to read it from; set it for gpu={GPU_SLUG!r} or leave 'gpu' null"
     )
+if GPU_ARCH and GPU_ARCH not in fb_config.supported_archs():
+    raise fb_config.ConfigError(
+        f"the GPU here ({DETECTED.name if DETECTED else GPU_SLUG}, {GPU_ARCH}) is not one the kernels are built for "
+        f"({', '.join(fb_config.supported_archs())}: stmatrix and the write-up's kernels need sm_90 or newer)"
+    )
 GPU_MODE = GPU_SLUG is not None
 ARCHS = SETTINGS.archs + ([GPU_ARCH] if GPU_MODE and GPU_ARCH not in SETTINGS.archs else [])
 if not GPU_MODE:

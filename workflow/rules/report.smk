@@ -18,7 +18,7 @@ if GPU_MODE:
         params:
             kernels=json.dumps(
                 [
-                    {"name": k.name, **{f: getattr(k, f) for f in ("kind", "source", "change", "published_tflops", "parent")}}
+                    {"name": k.name, **{f: getattr(k, f) for f in ("kind", "source", "change", "published_tflops", "published_registers", "parent")}}
                     for k in SETTINGS.kernels
                 ]
             ),
