@@ -28,9 +28,10 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {  // -> offset in fp
   return row * kChunksPerRow * kChunkHalves + ((chunk ^ (row & 7)) * kChunkHalves);
 }
 // The short address chain: a lane keeps its row (mod 8) while it walks the k-steps of a tile, and
-// for k < 8, chunk (c + 2k) with c < 2 is stored at ((c ^ row) ^ 2k). So the byte address of k-step
-// k is the address of k-step 0 XOR 32k: one LOP3 per ldmatrix, no address register per k-step.
-// Needs tiles whose rows start 256-byte aligned (D = 128) or 128-byte aligned (64 fp16 per row).
+// chunk (c + 2k) with c < 2 is stored at ((c ^ row) ^ 2k). So the byte address of k-step k is the
+// address of k-step 0 XOR 32k: one LOP3 per ldmatrix, no address register per k-step. The XOR must
+// stay inside the row: k < 8 for 256-byte rows, k < 4 for 128-byte rows, and the tile must start
+// on a row-size boundary (each kernel static_asserts its SharedStorage offsets).
 __device__ __forceinline__ uint32_t kstep_addr(uint32_t kstep0_addr, int kstep) {
   return kstep0_addr ^ (32u * kstep);
 }

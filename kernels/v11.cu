@@ -50,6 +50,10 @@ struct SharedStorage {
   float row_rescale[kBr];               // exp2((old max - new max) * scale), set by lane 0
 };
 
+static_assert(offsetof(SharedStorage, q) % 256 == 0 && offsetof(SharedStorage, kv) % 256 == 0 &&
+                  offsetof(SharedStorage, p) % 128 == 0,
+              "kstep_addr needs tiles on row-size boundaries");
+
 // Column c of a logits / P row holds key logits_column_to_key(c) of the tile:
 //   stored column: 0  1  2  3  4  5  6  7 | 8 ...
 //   key:           0  2  4  6  1  3  5  7 | 8 ...
