@@ -103,3 +103,7 @@ def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path):
     record = json.loads(out.read_text())
     assert record["timed"] is False and record["reason"].startswith("failed its check")
     assert "timing" not in record
+
+
+def test_the_h200_run_is_archived():
+    assert "nvidia-h200" in ARCHIVED
