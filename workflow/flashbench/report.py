@@ -62,21 +62,12 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, slug: st
     gpu_name = provs[0]["gpu"] if provs else slug
     case = summary[summary.is_case]
     step = {s["kernel"]: s for s in conclusions.steps(case, kernels)}
+    timed = ("tflops", "tflops_median", "tflops_min", "tflops_max", "ms_per_step", "gib_per_s")
     rows = []
     for k in kernels:
         r = case[case.kernel == k["name"]]
-        r = r.iloc[0] if len(r) else None
-        s = step.get(k["name"])
-        rows.append({
-            **k,
-            "tflops": _none(r.tflops) if r is not None else None,
-            "tflops_median": _none(r.tflops_median) if r is not None else None,
-            "tflops_min": _none(r.tflops_min) if r is not None else None,
-            "tflops_max": _none(r.tflops_max) if r is not None else None,
-            "ms_per_step": _none(r.ms_per_step) if r is not None else None,
-            "gib_per_s": _none(r.gib_per_s) if r is not None else None,
-            "step": s,
-        })
+        r = r.iloc[0] if len(r) else {}
+        rows.append({**k, **{f: _none(r.get(f)) for f in timed}, "step": step.get(k["name"])})
     archs = sorted(resources.arch.unique(), key=lambda a: (a != meta["gpu_arch"], a))
     l2 = provs[0]["l2_bytes"] if provs else None
     inputs = next((k["timing"]["input_bytes"] for k in kernels if k.get("timing")), None)
