@@ -49,14 +49,15 @@ def findings(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_nam
             text += f", {r.tflops / k['published_tflops']:.2f}x the write-up's {k['published_tflops']} on B300"
         out.append(text + ".")
 
-    for s in steps(case, kernels):
+    all_steps = steps(case, kernels)
+    for s in all_steps:
         text = f"{s['kernel']} against {s['base']}: {(s['ratio'] - 1) * 100:+.1f}% on the {gpu_name}"
         if s["published_ratio"]:
             text += f" (write-up on B300: {(s['published_ratio'] - 1) * 100:+.1f}%)"
         out.append(text + ".")
 
-    version_steps = [s for s in steps(case, kernels)
-                     if next(k for k in kernels if k["name"] == s["kernel"])["kind"] == "version"]
+    kinds = {k["name"]: k["kind"] for k in kernels}
+    version_steps = [s for s in all_steps if kinds[s["kernel"]] == "version"]
     if len(version_steps) >= 2:
         best = max(version_steps, key=lambda s: s["ratio"])
         with_pub = [s for s in version_steps if s["published_ratio"]]

@@ -75,7 +75,6 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, slug: st
         "slug": slug,
         "gpu_name": gpu_name,
         "meta": meta,
-        "provenance": provs,
         "common": {key: sorted({str(p[key]) for p in provs}) for key in
                    ("gpu", "arch", "sm_count", "driver", "cuda_driver", "cuda_runtime", "cupy", "git_commit")},
         "nvcc": sorted(resources.nvcc.unique()),
