@@ -35,6 +35,14 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {  // -> offset in fp
 __device__ __forceinline__ uint32_t kstep_addr(uint32_t kstep0_addr, int kstep) {
   return kstep0_addr ^ (32u * kstep);
 }
+// Every XOR-ed address (and every pointer offset) is a loop invariant of the tile loop, and the
+// compiler hoists each one into a register of its own: up to 8 per ldmatrix stream, enough to
+// spill under a 128-register cap. Passing the base through opaque() inside the loop hides it from
+// that code motion: the derived addresses are recomputed where used, one LOP3 or IMAD each.
+__device__ __forceinline__ uint32_t opaque(uint32_t x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 
 // ---- cp.async: global -> shared without passing through registers -------------------------
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
@@ -113,6 +121,15 @@ __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
+}
+// The 4 lanes of a quad (lane / 4 equal) hold one row of an mma accumulator tile.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 }  // namespace flash
