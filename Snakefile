@@ -1,7 +1,10 @@
 # Chapter G3 of "Flash Attention CUDA Kernel optimisation: from 56 to 986 TFLOPS on B300",
 # regenerated on the GPU at hand:  snakemake  (the same as  snakemake report).
 #
-# Named targets: report (default), compile, check, bench.
+# Named targets: report (default), compile, check, bench, and ablation_<name> for each ablation in
+# config.yaml (ablation_br128, ablation_hybrid_smem): that ablation alone is compiled, checked and
+# timed where out of date (-R results/<gpu>/bench/<name>.json times it again regardless), and the
+# report is refreshed; no other kernel's job runs.
 # With a GPU: compile -> check -> bench -> summarize -> render_report, archived under
 # results/<gpu>/ and reports/<gpu>/. Without one: compile, then re-render every archived report.
 from snakemake.utils import min_version
@@ -38,6 +41,26 @@ else:
 rule compile:
     input:
         compile_records(),
+
+
+for ablation in ABLATIONS:
+    if GPU_MODE:
+
+        rule:
+            name:
+                f"ablation_{ablation}"
+            input:
+                ablation_outputs(ablation),
+
+    else:
+
+        rule:
+            name:
+                f"ablation_{ablation}"
+            log:
+                f"logs/ablation_{ablation}-needs-gpu.log",
+            shell:
+                "{PY} -m flashbench require-gpu 2>&1 | tee {log}"
 
 
 include: "workflow/rules/compile.smk"

@@ -26,7 +26,7 @@ def test_the_shipped_config_is_valid():
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda c: c["versions"].append("v99"), r"'versions\[1\]': unknown version 'v99'"),
+    (lambda c: c["versions"].insert(1, "v99"), r"'versions\[1\]': unknown version 'v99'"),
     (lambda c: c["case"].update(S=1000), r"'case.S': 1000 is not a multiple of 128"),
     (lambda c: c["check"]["shapes"][1].update(S=200), r"'check.shapes\[1\].S': 200 is not a multiple of 128"),
     (lambda c: c["case"].update(D=64), r"'case.D': 128 was expected"),

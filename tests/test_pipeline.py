@@ -1,8 +1,10 @@
 """The Snakemake DAG (dry runs) and the no-GPU behaviour of the command line."""
+import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -33,41 +35,86 @@ def job_counts(stdout: str) -> dict:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
-def test_dry_run_with_a_gpu_lists_every_stage(checkout):
-    proc = snakemake(checkout, "-n", "--config", "gpu=nvidia-h200", "gpu_arch=sm_90")
+H200 = ("--config", "gpu=nvidia-h200", "gpu_arch=sm_90")  # GPU mode on any machine, for dry runs
+
+
+def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings):
+    proc = snakemake(checkout, "-n", *H200)
     assert proc.returncode == 0, proc.stderr
-    assert job_counts(proc.stdout) == {"compile_kernel": 2, "check_kernel": 1, "bench_kernel": 1,
+    n = len(settings.kernels)
+    assert job_counts(proc.stdout) == {"compile_kernel": 2 * n, "check_kernel": n, "bench_kernel": n,
                                        "summarize": 1, "render_report": 1, "report": 1}
-    assert "results/nvidia-h200/bench/v11.json" in proc.stdout
+    for kernel in ("v11", "v12", "v13", "br128", "hybrid_smem"):
+        assert f"results/nvidia-h200/bench/{kernel}.json" in proc.stdout
     assert "reports/nvidia-h200/report.md" in proc.stdout
 
 
-def test_dry_run_adds_the_gpus_own_arch(checkout):
+def test_dry_run_adds_the_gpus_own_arch(checkout, settings):
     proc = snakemake(checkout, "-n", "--config", "gpu=nvidia-gh-test", "gpu_arch=sm_100")
     assert proc.returncode == 0, proc.stderr
-    assert job_counts(proc.stdout)["compile_kernel"] == 3
+    assert job_counts(proc.stdout)["compile_kernel"] == 3 * len(settings.kernels)
     assert "build/sm_100/v11.cubin" in proc.stdout
 
 
-def test_one_kernel_edit_reruns_only_its_jobs(checkout):
-    assert snakemake(checkout, "compile", "--cores", "2").returncode == 0
-    (checkout / "kernels" / "v11.cu").write_text((checkout / "kernels" / "v11.cu").read_text() + "\n")
-    proc = snakemake(checkout, "-n", "compile")
+def _archs_here():
     here = gpu.detect()
-    archs = {"sm_90", "sm_103"} | ({here.arch} if here else set())
-    assert job_counts(proc.stdout) == {"compile_kernel": len(archs), "compile": 1}
+    return {"sm_90", "sm_103"} | ({here.arch} if here else set())
+
+
+@pytest.mark.parametrize("source, kernels", [("v11.cu", 1), ("v13.cu", 3)])  # v13.cu builds v13 and both ablations
+def test_one_kernel_edit_reruns_only_its_jobs(checkout, source, kernels):
+    assert snakemake(checkout, "compile", "--cores", "4").returncode == 0
+    (checkout / "kernels" / source).write_text((checkout / "kernels" / source).read_text() + "\n")
+    proc = snakemake(checkout, "-n", "compile")
+    assert job_counts(proc.stdout) == {"compile_kernel": kernels * len(_archs_here()), "compile": 1}
+
+
+@pytest.fixture
+def measured_checkout(checkout):
+    """A checkout with every kernel built and the H200 archive in place, newer than the builds."""
+    assert snakemake(checkout, "compile", "--cores", "4", *H200).returncode == 0
+    now = time.time()
+    for age, pattern in enumerate(["results/nvidia-h200/*/*.json", "results/nvidia-h200/*.*", "reports/nvidia-h200/*"]):
+        for path in ROOT.glob(pattern):  # in pipeline order: checks and timings, tables, report
+            copy = checkout / path.relative_to(ROOT)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, copy)
+            os.utime(copy, (now + age, now + age))
+    return checkout
+
+
+@pytest.mark.parametrize("ablation", ["br128", "hybrid_smem"])
+def test_an_ablation_target_reruns_that_ablation_alone(measured_checkout, ablation):
+    target = f"ablation_{ablation}"
+    assert "Nothing to be done" in snakemake(measured_checkout, "-n", target, *H200).stdout
+
+    # its definition changed: its builds, check and timing rerun, then the report; nothing else
+    defines = {"br128": "{BLOCK_ROWS: 128}", "hybrid_smem": "{BLOCK_ROWS: 128, HYBRID_SMEM: 1}"}[ablation]
+    config = measured_checkout / "config.yaml"
+    assert config.read_text().count(f"defines: {defines}") == 1
+    config.write_text(config.read_text().replace(f"defines: {defines}", f"defines: {defines[:-1]}, TRIAL: 1}}"))
+    proc = snakemake(measured_checkout, "-n", target, *H200)
+    assert proc.returncode == 0, proc.stderr
+    assert job_counts(proc.stdout) == {"compile_kernel": 2, "check_kernel": 1, "bench_kernel": 1,
+                                       "summarize": 1, "render_report": 1, target: 1}
+    assert f"results/nvidia-h200/bench/{ablation}.json" in proc.stdout
+
+
+def test_an_ablation_is_timed_again_on_request(measured_checkout):
+    proc = snakemake(measured_checkout, "-n", "ablation_br128", "-R", "results/nvidia-h200/bench/br128.json", *H200)
+    assert job_counts(proc.stdout) == {"bench_kernel": 1, "summarize": 1, "render_report": 1, "ablation_br128": 1}
 
 
 @pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
-def test_without_a_gpu_report_compiles_and_rerenders_the_archive(checkout):
+def test_without_a_gpu_report_compiles_and_rerenders_the_archive(checkout, settings):
     proc = snakemake(checkout, "-n")
     assert proc.returncode == 0, proc.stderr
-    assert job_counts(proc.stdout) == {"compile_kernel": 2, "report": 1}
+    assert job_counts(proc.stdout) == {"compile_kernel": 2 * len(settings.kernels), "report": 1}
     assert "no GPU found" in proc.stderr
 
 
 @pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
-@pytest.mark.parametrize("target", ["check", "bench"])
+@pytest.mark.parametrize("target", ["check", "bench", "ablation_br128"])
 def test_without_a_gpu_a_gpu_stage_fails_at_once(checkout, target):
     proc = snakemake(checkout, target)
     assert proc.returncode != 0

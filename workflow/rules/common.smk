@@ -60,6 +60,19 @@ def compile_records():
     return expand("build/{arch}/{kernel}.json", arch=ARCHS, kernel=KERNELS)
 
 
+ABLATIONS = [name for name, k in KERNELS.items() if k.kind == "ablation"]
+
+
+def ablation_outputs(name):
+    """What `snakemake ablation_<name>` brings up to date: that kernel's builds, check and timing, then
+    the report. No other kernel's job runs, even one whose source changed too."""
+    return (
+        expand("build/{arch}/{kernel}.{ext}", arch=ARCHS, kernel=name, ext=("cubin", "json"))
+        + [f"results/{GPU_SLUG}/check/{name}.json", f"results/{GPU_SLUG}/bench/{name}.json"]
+        + report_outputs(GPU_SLUG)
+    )
+
+
 def archived_results():
     return sorted(str(p) for p in Path("results").glob("*/summary.csv"))
 
