@@ -31,7 +31,7 @@ else:
             compile_records(),
             archived_results(),
             template=REPORT_TEMPLATE,
-            code=package_modules("report", "conclusions", "cli"),
+            code=package_modules("report", "conclusions", "claims", "occupancy", "cli"),
         log:
             "logs/rerender-archive.log",
         shell:

@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import pytest
 
-from flashbench import FlashbenchError, conclusions, report
+from flashbench import FlashbenchError, claims, conclusions, report
 from flashbench.files import write_json, write_text
 from flashbench.summary import SUMMARY_COLUMNS, choices, summarize
 
@@ -26,10 +26,10 @@ def results_folder(tmp_path, tflops, failing=None):
 
 
 def test_summary_has_one_row_per_kernel_and_shape(tmp_path):
-    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0})
+    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0})
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
-    assert len(summary) == 4 * 2
+    assert len(summary) == len(records.KERNELS) * 2
     case = summary[summary.is_case].set_index("kernel")
     assert case.loc["v12", "tflops"] == 210.0 and case.loc["br128", "kind"] == "ablation"
     assert summary[~summary.is_case].tflops.isna().all()  # only the case is timed
@@ -37,7 +37,7 @@ def test_summary_has_one_row_per_kernel_and_shape(tmp_path):
 
 
 def test_report_renders_tables_figure_and_data_driven_findings(tmp_path):
-    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0})
+    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0})
     path = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200")
     text = path.read_text()
     assert (tmp_path / "reports" / "tflops.png").stat().st_size > 1000
@@ -51,10 +51,12 @@ def test_report_renders_tables_figure_and_data_driven_findings(tmp_path):
     assert "The largest step between versions here is v11 -> v12 (+50.0%)" in text
     assert "abc123" in text and "sm_103" in text
     assert "v11 on sm_90: 126 registers" in text and "the write-up reports about 96 registers for it" in text
+    # an ablation shares its parent's file and choices; the report names the parameters it is built with
+    assert "- **hybrid_smem** (`kernels/v13.cu` built with `-DBLOCK_ROWS=128`, `-DHYBRID_SMEM=1`): the choices of v13" in text
 
 
 def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
-    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0}, failing="v12")
+    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}, failing="v12")
     text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
     assert "| v12 | fragment reshape | failed check |" in text
     assert "210.0" not in text
@@ -63,7 +65,7 @@ def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
 
 
 def test_findings_only_state_what_the_numbers_show(tmp_path):
-    out = results_folder(tmp_path, {"v11": 200.0, "v12": 150.0, "v13": 160.0, "br128": 150.0})
+    out = results_folder(tmp_path, {"v11": 200.0, "v12": 150.0, "v13": 160.0, "br128": 150.0, "hybrid_smem": 161.0})
     summary, resources, meta = report.load(out)
     text = " ".join(conclusions.findings(summary, resources, meta, "NVIDIA H200"))
     assert "v12 against v11: -25.0%" in text  # a regression is stated as one
@@ -95,7 +97,7 @@ def test_archived_report_is_what_its_results_render_to(slug, tmp_path):
 def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path):
     from flashbench.cli import main
 
-    paths = records.write(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0}, failing="v12")
+    paths = records.write(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}, failing="v12")
     failed_check = paths["checks"][1]
     out = tmp_path / "bench.json"
     assert main(["bench", "--cubin", "none", "--record", "none", "--check", str(failed_check), "--out", str(out),
@@ -107,3 +109,53 @@ def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path):
 
 def test_the_h200_run_is_archived():
     assert "nvidia-h200" in ARCHIVED
+
+
+# ---- the chapter's claims and conclusions ----------------------------------------------------------
+
+def judged(tmp_path, tflops, failing=None):
+    summary, resources, meta = report.load(results_folder(tmp_path, tflops, failing))
+    return ({j.statement: j for j in claims.claims(summary, resources, meta, "NVIDIA H200")},
+            {j.statement: j for j in claims.conclusions(summary, resources, meta, "NVIDIA H200")})
+
+
+def verdicts(judgements):
+    return [j.verdict for j in judgements.values()]
+
+
+def test_numbers_like_the_writeups_reproduce_every_claim(tmp_path):
+    said, concluded = judged(tmp_path, records.LIKE_THE_WRITEUP)
+    assert verdicts(said) == ["reproduced"] * 4
+    assert verdicts(concluded) == ["holds"] * 4
+    spills = said["Br = 128 is a regression, caused by register spills"].evidence
+    assert "199.0 vs 227.0 TFLOPS (-12.3%)" in spills and "br128 128 registers, 64 B spill stores" in spills
+
+
+def test_each_claim_can_fail(tmp_path):
+    said, concluded = judged(tmp_path, {"v11": 150.0, "v12": 160.0, "v13": 155.0, "br128": 170.0, "hybrid_smem": 200.0})
+    assert verdicts(said) == ["reproduced"] + ["not reproduced"] * 3
+    assert said["V13 (warp specialisation) is at or above V12"].evidence == "155.0 vs 160.0 TFLOPS (-3.1%)"
+    assert "(+29.0%: above, level meaning within +-3%)" in said[
+        "The hybrid (Br = 128, part of the state in shared memory) removes the spill and is level with V13, no gain"].evidence
+    assert verdicts(concluded)[:3] == ["does not hold"] * 3
+    assert "without the spill, Br = 128 is +29.0% over Br = 64" in concluded[
+        "Br has a sweet spot at 64: Br = 32 reuses K and V too little, Br = 128 spills"].evidence
+    said, _ = judged(tmp_path / "later", {**records.LIKE_THE_WRITEUP, "v12": 150.0})
+    assert said["V12 (fragment reshape) is the biggest single step"].verdict == "not reproduced"
+
+
+def test_a_kernel_that_failed_its_check_leaves_its_claims_unmeasured(tmp_path):
+    said, concluded = judged(tmp_path, records.LIKE_THE_WRITEUP, failing="v13")
+    assert verdicts(said) == ["not measured"] * 4
+    assert said["V13 (warp specialisation) is at or above V12"].evidence.startswith("v13 not measured")
+    # the shared-memory conclusion stands on ptxas alone, and says the kernel was not measured
+    smem = concluded["58 KB broke the 48 KB static limit; more shared memory must be traded against occupancy"]
+    assert smem.verdict == "holds" and "it was not measured" in smem.evidence
+
+
+def test_the_report_gives_each_claim_its_verdict(tmp_path):
+    out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
+    text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    assert "| V12 (fragment reshape) is the biggest single step | V11 -> V12 +51.8%, V12 -> V13 +3.5% |" in text
+    assert text.count("**reproduced**") == 4
+    assert "4. *58 KB broke the 48 KB static limit" in text and "this **holds**" in text

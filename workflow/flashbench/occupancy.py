@@ -31,20 +31,31 @@ def _round_up(x: int, unit: int) -> int:
     return -(-x // unit) * unit
 
 
-def blocks_per_sm(arch: str, threads: int, registers: int, smem_bytes: int) -> dict:
-    """Resident blocks per SM and which resource limits them (ties name every binding limit)."""
+def _limits(arch: str) -> SMLimits:
     if arch not in LIMITS:
         raise FlashbenchError(f"no occupancy limits known for {arch}")
-    lim = LIMITS[arch]
+    return LIMITS[arch]
+
+
+def blocks_by_shared_memory(arch: str, smem_bytes: int) -> int:
+    """Blocks per SM that `smem_bytes` of shared memory per block allow, other limits aside."""
+    lim = _limits(arch)
+    if smem_bytes > lim.smem_per_block_max:
+        return 0
+    return lim.smem_bytes // _round_up(smem_bytes + lim.smem_reserved_per_block, lim.smem_unit)
+
+
+def blocks_per_sm(arch: str, threads: int, registers: int, smem_bytes: int) -> dict:
+    """Resident blocks per SM and which resource limits them (ties name every binding limit)."""
+    lim = _limits(arch)
     warps = -(-threads // 32)
     regs_per_warp = _round_up(max(registers, 1) * 32, lim.register_unit)
-    smem = _round_up(smem_bytes + lim.smem_reserved_per_block, lim.smem_unit)
     if smem_bytes > lim.smem_per_block_max:
         by = {"shared memory": 0}
     else:
         by = {
             "registers": lim.registers // (regs_per_warp * warps),
-            "shared memory": lim.smem_bytes // smem,
+            "shared memory": blocks_by_shared_memory(arch, smem_bytes),
             "threads": lim.max_threads // threads,
             "blocks": lim.max_blocks,
         }

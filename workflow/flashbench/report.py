@@ -6,7 +6,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import FlashbenchError, conclusions
+from . import FlashbenchError, claims, conclusions
 from .files import read_json, write_text
 
 FIGURE = "tflops.png"
@@ -87,6 +87,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, slug: st
         "checks": [{k: _none(v) for k, v in row.items()} for row in summary.to_dict("records")],
         "extra_shapes": int((~summary.is_case).sum() // max(1, summary.kernel.nunique())),
         "findings": conclusions.findings(summary, resources, meta, gpu_name),
+        "claims": claims.claims(summary, resources, meta, gpu_name),
+        "conclusions": claims.conclusions(summary, resources, meta, gpu_name),
         "figure": FIGURE,
     }
 

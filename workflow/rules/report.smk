@@ -18,7 +18,7 @@ if GPU_MODE:
         params:
             kernels=json.dumps(
                 [
-                    {"name": k.name, **{f: getattr(k, f) for f in ("kind", "source", "change", "published_tflops", "published_registers", "parent")}}
+                    {"name": k.name, **{f: getattr(k, f) for f in ("kind", "source", "defines", "change", "published_tflops", "published_registers", "parent")}}
                     for k in SETTINGS.kernels
                 ]
             ),
@@ -36,7 +36,7 @@ rule render_report:
         resources="results/{gpu}/resources.csv",
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
-        code=package_modules("report", "conclusions", "cli"),
+        code=package_modules("report", "conclusions", "claims", "occupancy", "cli"),
     output:
         report="reports/{gpu}/report.md",
         figure="reports/{gpu}/tflops.png",
