@@ -22,7 +22,9 @@
 // softmax, as in V11. The row sum is reduced across the quad every tile, as the row max is (the
 // description puts both reductions inside the warp). exp(P) goes to smem_p with stmatrix (the
 // accumulator layout is exactly stmatrix's), in natural key order, 128-byte swizzled. No
-// minimum-blocks hint in __launch_bounds__: the cap of 128 registers comes with V13.
+// minimum-blocks hint in __launch_bounds__: the cap of 128 registers comes with V13. Offsets and
+// swizzled addresses are recomputed each tile (opaque, see flash_common.cuh): held in registers
+// through the loop they took this kernel to 159 registers, one block per SM, on sm_90.
 //
 #include "flash_common.cuh"
 
