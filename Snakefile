@@ -1,12 +1,13 @@
 # Chapter G3 of "Flash Attention CUDA Kernel optimisation: from 56 to 986 TFLOPS on B300",
 # regenerated on the GPU at hand:  snakemake  (the same as  snakemake report).
 #
-# Named targets: report (default), compile, check, bench, and ablation_<name> for each ablation in
+# Named targets: report (default), compile, check, bench, sweep, profile, and ablation_<name> for each ablation in
 # config.yaml (ablation_br128, ablation_hybrid_smem): that ablation alone is compiled, checked and
 # timed where out of date (-R results/<gpu>/bench/<name>.json times it again regardless), and the
 # report is refreshed; no other kernel's job runs.
-# With a GPU: compile -> check -> bench -> summarize -> render_report, archived under
-# results/<gpu>/ and reports/<gpu>/. Without one: compile, then re-render every archived report.
+# With a GPU: compile -> check -> bench, sweep, profile (where ncu is found) -> summarize ->
+# render_report, kernels and PyTorch peers alike, archived under results/<gpu>/ and
+# reports/<gpu>/. Without one: compile, then re-render every archived report.
 from snakemake.utils import min_version
 
 min_version("9.27.1")
@@ -66,4 +67,6 @@ for ablation in ABLATIONS:
 include: "workflow/rules/compile.smk"
 include: "workflow/rules/check.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/sweep.smk"
+include: "workflow/rules/profile.smk"
 include: "workflow/rules/report.smk"

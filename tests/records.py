@@ -17,6 +17,16 @@ KERNELS = [
     {"name": "hybrid_smem", "kind": "ablation", "source": "kernels/v13.cu", "change": "Br=128, state in smem",
      "published_tflops": 226.35, "parent": "br128", "defines": {"BLOCK_ROWS": 128, "HYBRID_SMEM": 1}},
 ]
+PEERS = [
+    {"name": "sdpa_auto", "kind": "peer", "backend": "auto", "change": "torch SDPA", "published_tflops": 1156.54,
+     "max_seq_len": None},
+    {"name": "unfused", "kind": "peer", "backend": "unfused", "change": "unfused PyTorch", "published_tflops": 156.5,
+     "max_seq_len": 1024},
+]
+PEER_TFLOPS = {"sdpa_auto": 560.0, "unfused": 120.0}
+SWEEP_S = (512, 1024, 2048)
+SETTINGS = {"baseline": "sdpa_auto", "sweep": {"S": list(SWEEP_S), "steps": 20, "repeats": 20, "warmup": 3},
+            "profile_note": None}
 # ptxas-like resources per kernel: registers, spilled bytes (each way), threads, Br, static and dynamic smem
 RESOURCES = {
     "v11": (126, 0, 128, 32, 37760, 0),
@@ -56,10 +66,30 @@ def compile_record(name: str, arch: str) -> dict:
             "smem_bytes": static_smem + dynamic_smem, **occupancy, "ptxas_report": ""}
 
 
+# Profiler-like readings: V11 stalls in its softmax (lines 150-152) and keeps the LSU busy, V12 not
+LSU = {"v11": 50.0, "v12": 20.0, "v13": 22.0, "br128": 29.0, "hybrid_smem": 21.0}
+
+
+def profile_record(name: str, registers: int) -> dict:
+    from flashbench.profile import METRICS, STALLS
+
+    softmax_in_top = name == "v11"
+    top = [{"line": 150 + i, "samples": 100 - 10 * i, "share": (100 - 10 * i) / 1000, "code": f"x = {i};",
+            "softmax": softmax_in_top and i < 2} for i in range(5)]
+    metrics = {**{m: 1.0 for m in METRICS}, "lsu_pipe_pct": LSU[name], "registers": registers,
+               "achieved_occupancy_pct": 24.0, "smem_wavefronts": 2e7, "smem_bank_conflicts": 1e5,
+               "stalls": {s: 0.5 + 0.1 * i for i, s in enumerate(STALLS)}}
+    return {"kernel": name, "profiled": True, "reason": None, **CASE, "metrics": metrics, "ncu": "Version 2025.3",
+            "stall_samples": 1000, "softmax_share": 0.3 if softmax_in_top else 0.05, "top_lines": top,
+            "lines_reason": None}
+
+
 def write(tmp, tflops: dict, failing: str | None = None) -> dict:
-    """Write check, bench and compile records for KERNELS; `failing` fails its check. Returns paths."""
-    paths = {"checks": [], "benches": [], "compiled": []}
-    for k in KERNELS:
+    """Write check, bench, sweep, profile and compile records for KERNELS and PEERS; `failing` fails
+    its check. Returns the paths by kind."""
+    paths = {"checks": [], "benches": [], "sweeps": [], "profiles": [], "compiled": []}
+    tflops = {**PEER_TFLOPS, **tflops}
+    for k in KERNELS + PEERS:
         name = k["name"]
         passed = name != failing
         shapes = [{**s, "seed": 1, "passed": passed, "rel_error": 3e-4 if passed else 0.5, "max_abs_error": 1e-4,
@@ -67,14 +97,27 @@ def write(tmp, tflops: dict, failing: str | None = None) -> dict:
                   for s in (CASE, EXTRA)]
         check = {"kernel": name, "tolerance": 0.01, "passed": passed,
                  "reason": None if passed else "B=1 H=64 S=1024: relative error 5.000e-01 is not below 0.01",
-                 "shapes": shapes}
+                 "shapes": shapes,
+                 **({"torch": "2.11.0", "cudnn": "91900", "backend": k["backend"]} if k["kind"] == "peer" else {})}
         bench = ({"kernel": name, "timed": True, "reason": None, "timing": timing(tflops[name]),
                   "provenance": provenance(name)} if passed else
                  {"kernel": name, "timed": False, "reason": "failed its check: ..."})
-        for kind, record in (("checks", check), ("benches", bench)):
+        points = [({**timing(tflops[name] * (S / 1024) ** 0.2), **{**CASE, "S": S}, "timed": True, "reason": None}
+                   if not k.get("max_seq_len") or S <= k["max_seq_len"] else
+                   {**CASE, "S": S, "timed": False, "reason": f"S={S} is above {name}'s max_seq_len"})
+                  for S in SWEEP_S]
+        sweep = ({"kernel": name, "timed": True, "reason": None, "points": points} if passed else
+                 {"kernel": name, "timed": False, "reason": "failed its check: ..."})
+        records = [("checks", check), ("benches", bench), ("sweeps", sweep)]
+        if k["kind"] != "peer":
+            records.append(("profiles", profile_record(name, RESOURCES[name][0]) if passed else
+                            {"kernel": name, "profiled": False, "reason": "failed its check: ..."}))
+        for kind, record in records:
             path = tmp / kind / f"{name}.json"
             write_json(path, record)
             paths[kind].append(path)
+        if k["kind"] == "peer":
+            continue
         for arch in ("sm_90", "sm_103"):
             path = tmp / "build" / arch / f"{name}.json"
             write_json(path, compile_record(name, arch))

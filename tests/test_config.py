@@ -23,6 +23,9 @@ def test_the_shipped_config_is_valid():
     assert [k.name for k in settings.kernels] == CONFIG["versions"]
     assert settings.check_shapes[0] == settings.case  # the timed case is always checked
     assert len(settings.check_shapes) >= 4
+    assert settings.baseline == "sdpa_auto" and settings.baseline in [p.name for p in settings.peers]
+    assert [s.S for s in settings.sweep_shapes()] == [512, 1024, 2048, 4096, 8192, 16384]
+    assert {s.B for s in settings.sweep_shapes()} == {settings.case.B}
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -42,6 +45,12 @@ def test_the_shipped_config_is_valid():
     (lambda c: c["check"].update(shapes=c["check"]["shapes"][:2]), r"'check.shapes': .* is too short"),
     (lambda c: c["check"]["shapes"].append(dict(c["case"])) or c["check"]["shapes"].pop(0),
      r"'check.shapes': needs at least 3 shapes other than the case, has 2"),
+    (lambda c: c["peers"]["sdpa_flash"].update(backend="triton"), r"'peers.sdpa_flash.backend': 'triton' is not one of"),
+    (lambda c: c["peers"].update(v11={"backend": "auto", "change": "x"}), r"'peers.v11': a kernel has that name too"),
+    (lambda c: c.update(baseline="cublas"), r"'baseline': 'cublas' is not one of the peers"),
+    (lambda c: c["sweep"].update(S=[512, 1000]), r"'sweep.S\[1\]': 1000 is not a multiple of 128"),
+    (lambda c: c.update(ncu=True), r"'ncu': True should not be valid"),
+    (lambda c: c.update(ncu="false"), r"'ncu': 'false' is a string; write false"),
 ])
 def test_bad_config_names_the_key(edit, message):
     with pytest.raises(ConfigError, match=message):

@@ -25,9 +25,22 @@ def checkout(tmp_path):
     return tmp_path
 
 
-def snakemake(cwd, *args):
+def snakemake(cwd, *args, env=None):
     return subprocess.run([sys.executable, "-m", "snakemake", "--nolock", *args], cwd=cwd,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
+
+
+@pytest.fixture
+def with_ncu(tmp_path):
+    """An environment where an `ncu` is found on PATH (a stub: dry runs never call it)."""
+    stub = tmp_path / "bin" / "ncu"
+    stub.parent.mkdir()
+    stub.write_text("#!/bin/sh\nexit 0\n")
+    stub.chmod(0o755)
+    return {**os.environ, "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+PROFILING_HERE = shutil.which("ncu") is not None
 
 
 def job_counts(stdout: str) -> dict:
@@ -38,15 +51,31 @@ def job_counts(stdout: str) -> dict:
 H200 = ("--config", "gpu=nvidia-h200", "gpu_arch=sm_90")  # GPU mode on any machine, for dry runs
 
 
-def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings):
-    proc = snakemake(checkout, "-n", *H200)
+def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
+    proc = snakemake(checkout, "-n", *H200, env=with_ncu)
     assert proc.returncode == 0, proc.stderr
-    n = len(settings.kernels)
-    assert job_counts(proc.stdout) == {"compile_kernel": 2 * n, "check_kernel": n, "bench_kernel": n,
-                                       "summarize": 1, "render_report": 1, "report": 1}
-    for kernel in ("v11", "v12", "v13", "br128", "hybrid_smem"):
-        assert f"results/nvidia-h200/bench/{kernel}.json" in proc.stdout
-    assert "reports/nvidia-h200/report.md" in proc.stdout
+    n, peers = len(settings.kernels), len(settings.peers)
+    assert job_counts(proc.stdout) == {"compile_kernel": 2 * n, "check_kernel": n, "bench_kernel": n, "sweep_kernel": n,
+                                       "profile_kernel": n, "check_peer": peers, "bench_peer": peers,
+                                       "sweep_peer": peers, "summarize": 1, "render_report": 1, "report": 1}
+    for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
+        assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
+        assert f"results/nvidia-h200/sweep/{name}.json" in proc.stdout
+    assert "results/nvidia-h200/profile/v12.json" in proc.stdout
+    assert "reports/nvidia-h200/report.md" in proc.stdout and "reports/nvidia-h200/sweep.png" in proc.stdout
+
+
+def test_without_ncu_the_profile_is_skipped_and_said_so(checkout, settings, with_ncu):
+    without = {**with_ncu, "PATH": with_ncu["PATH"].split(os.pathsep, 1)[1]}
+    if shutil.which("ncu", path=without["PATH"]):
+        pytest.skip("an ncu is installed here")
+    proc = snakemake(checkout, "-n", *H200, env=without)
+    assert "profile_kernel" not in job_counts(proc.stdout)
+    proc = snakemake(checkout, "profile", *H200, env=without)
+    assert proc.returncode == 0 and "profile: skipped: ncu was not found on this machine" in proc.stdout
+    # and config `ncu: false` turns it off where ncu is found
+    proc = snakemake(checkout, "-n", *H200, "ncu=False", env=with_ncu)
+    assert "profile_kernel" not in job_counts(proc.stdout)
 
 
 def test_dry_run_adds_the_gpus_own_arch(checkout, settings):
@@ -95,8 +124,9 @@ def test_an_ablation_target_reruns_that_ablation_alone(measured_checkout, ablati
     config.write_text(config.read_text().replace(f"defines: {defines}", f"defines: {defines[:-1]}, TRIAL: 1}}"))
     proc = snakemake(measured_checkout, "-n", target, *H200)
     assert proc.returncode == 0, proc.stderr
-    assert job_counts(proc.stdout) == {"compile_kernel": 2, "check_kernel": 1, "bench_kernel": 1,
-                                       "summarize": 1, "render_report": 1, target: 1}
+    profiled = {"profile_kernel": 1} if PROFILING_HERE else {}
+    assert job_counts(proc.stdout) == {"compile_kernel": 2, "check_kernel": 1, "bench_kernel": 1, "sweep_kernel": 1,
+                                       **profiled, "summarize": 1, "render_report": 1, target: 1}
     assert f"results/nvidia-h200/bench/{ablation}.json" in proc.stdout
 
 
@@ -114,7 +144,7 @@ def test_without_a_gpu_report_compiles_and_rerenders_the_archive(checkout, setti
 
 
 @pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
-@pytest.mark.parametrize("target", ["check", "bench", "ablation_br128"])
+@pytest.mark.parametrize("target", ["check", "bench", "sweep", "profile", "ablation_br128"])
 def test_without_a_gpu_a_gpu_stage_fails_at_once(checkout, target):
     proc = snakemake(checkout, target)
     assert proc.returncode != 0

@@ -16,11 +16,13 @@ TEMPLATE = ROOT / "workflow" / "templates" / "report.md.j2"
 
 def results_folder(tmp_path, tflops, failing=None):
     paths = records.write(tmp_path, tflops, failing)
-    summary, resources, meta = summarize(records.KERNELS, paths["checks"], paths["benches"], paths["compiled"],
-                                         "sm_90", records.CASE)
+    summary, resources, profile, meta = summarize(records.KERNELS + records.PEERS, paths["checks"], paths["benches"],
+                                                  paths["compiled"], "sm_90", records.CASE, paths["sweeps"],
+                                                  paths["profiles"], records.SETTINGS)
     out = tmp_path / "results" / "nvidia-h200"
     write_text(out / "summary.csv", summary.to_csv(index=False))
     write_text(out / "resources.csv", resources.to_csv(index=False))
+    write_text(out / "profile.csv", profile.to_csv(index=False))
     write_json(out / "kernels.json", meta)
     return out
 
@@ -29,11 +31,22 @@ def test_summary_has_one_row_per_kernel_and_shape(tmp_path):
     out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0})
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
-    assert len(summary) == len(records.KERNELS) * 2
-    case = summary[summary.is_case].set_index("kernel")
+    runs = len(records.KERNELS) + len(records.PEERS)
+    checked, swept = summary[summary.series == "check"], summary[summary.series == "sweep"]
+    assert len(checked) == runs * 2 and len(swept) == runs * len(records.SWEEP_S)
+    case = checked[checked.is_case].set_index("kernel")
     assert case.loc["v12", "tflops"] == 210.0 and case.loc["br128", "kind"] == "ablation"
-    assert summary[~summary.is_case].tflops.isna().all()  # only the case is timed
+    assert case.loc["sdpa_auto", "kind"] == "peer" and pd.isna(case.loc["sdpa_auto", "registers"])
+    assert checked[~checked.is_case].tflops.isna().all()  # only the case is timed among the checked shapes
     assert case.loc["br128", "spill_bytes"] == 128
+    # the sweep: every length timed, except above a peer's max_seq_len, which says why
+    unfused = swept[swept.kernel == "unfused"].set_index("S")
+    assert unfused.loc[1024, "tflops"] > 0 and pd.isna(unfused.loc[2048, "tflops"])
+    assert "max_seq_len" in unfused.loc[2048, "reason"]
+    assert not swept[swept.kernel != "unfused"].tflops.isna().any()
+    profile = pd.read_csv(out / "profile.csv").set_index("kernel")
+    assert list(profile.index) == [k["name"] for k in records.KERNELS]
+    assert profile.loc["v11", "lsu_pipe_pct"] == 50.0 and profile.loc["v11", "softmax_in_top_lines"] == 2
 
 
 def test_report_renders_tables_figure_and_data_driven_findings(tmp_path):
@@ -66,7 +79,7 @@ def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
 
 def test_findings_only_state_what_the_numbers_show(tmp_path):
     out = results_folder(tmp_path, {"v11": 200.0, "v12": 150.0, "v13": 160.0, "br128": 150.0, "hybrid_smem": 161.0})
-    summary, resources, meta = report.load(out)
+    summary, resources, _, meta = report.load(out)
     text = " ".join(conclusions.findings(summary, resources, meta, "NVIDIA H200"))
     assert "v12 against v11: -25.0%" in text  # a regression is stated as one
     assert "The largest step between versions here is v12 -> v13 (+6.7%)" in text
@@ -114,7 +127,7 @@ def test_the_h200_run_is_archived():
 # ---- the chapter's claims and conclusions ----------------------------------------------------------
 
 def judged(tmp_path, tflops, failing=None):
-    summary, resources, meta = report.load(results_folder(tmp_path, tflops, failing))
+    summary, resources, _, meta = report.load(results_folder(tmp_path, tflops, failing))
     return ({j.statement: j for j in claims.claims(summary, resources, meta, "NVIDIA H200")},
             {j.statement: j for j in claims.conclusions(summary, resources, meta, "NVIDIA H200")})
 
@@ -157,5 +170,41 @@ def test_the_report_gives_each_claim_its_verdict(tmp_path):
     out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
     text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
     assert "| V12 (fragment reshape) is the biggest single step | V11 -> V12 +51.8%, V12 -> V13 +3.5% |" in text
-    assert text.count("**reproduced**") == 4
+    assert text.count("**reproduced**") == 4 + 3  # the chapter's claims, then its profiler readings
     assert "4. *58 KB broke the 48 KB static limit" in text and "this **holds**" in text
+
+
+def profiler_verdicts(tmp_path, **edits):
+    out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
+    summary, resources, profile, meta = report.load(out)
+    for column, (kernel, value) in edits.items():
+        profile.loc[profile.kernel == kernel, column] = value
+    return {j.statement.split(" (")[0]: j for j in claims.profiler_claims(profile, resources, meta)}
+
+
+def test_the_chapters_profiler_readings_get_verdicts(tmp_path):
+    judged = profiler_verdicts(tmp_path)
+    assert [j.verdict for j in judged.values()] == ["reproduced"] * 3
+    assert judged["LSU utilisation falls from V11 to V12"].evidence.startswith("50.0% -> 20.0%")
+    softmax = judged["The softmax leaves the stall list from V11 to V12"].evidence
+    assert "v11: 2 of its top 5 stall lines in the softmax (lines 150, 151)" in softmax
+    assert "v12: 0 of its top 5 stall lines in the softmax (none)" in softmax
+
+    assert profiler_verdicts(tmp_path / "b", lsu_pipe_pct=("v12", 60.0))[
+        "LSU utilisation falls from V11 to V12"].verdict == "not reproduced"
+    assert profiler_verdicts(tmp_path / "c", registers=("v13", 136))[
+        "V13 runs at about 124 registers per thread, under the 128 that two blocks per SM allow, without spilling"
+    ].verdict == "not reproduced"
+
+
+def test_without_a_profile_the_readings_are_not_measured_and_the_report_says_why(tmp_path):
+    out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
+    (out / "profile.csv").write_text((out / "profile.csv").read_text().splitlines()[0] + "\n")
+    meta = json.loads((out / "kernels.json").read_text())
+    meta["profile_note"] = "skipped: ncu was not found on this machine"
+    for k in meta["kernels"]:
+        k["profile"] = None
+    write_json(out / "kernels.json", meta)
+    text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    assert "Not profiled in this run: skipped: ncu was not found on this machine." in text
+    assert text.count("**not measured**") == 3

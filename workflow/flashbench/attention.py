@@ -7,6 +7,7 @@ from .config import Shape
 
 SCALE = 1.0 / math.sqrt(128)
 LOG2E = math.log2(math.e)
+FP16_NAN_BITS = 0x7E00  # poison: an element the kernel does not write stays NaN and fails
 
 
 def flops(shape: Shape) -> int:
@@ -30,6 +31,17 @@ def gib_per_s(shape: Shape, seconds: float) -> float:
 def input_bytes(shape: Shape) -> int:
     """Q, K and V in fp16: what a repeated call reads again."""
     return 3 * shape.B * shape.H * shape.S * shape.D * 2
+
+
+def random_inputs(cp, shape: Shape, rng) -> tuple:
+    """Fresh random Q, K, V (normal, fp16) and a NaN-poisoned O, all [B, H, S, D], on the GPU."""
+    dims = (shape.B, shape.H, shape.S, shape.D)
+    q, k, v = (rng.standard_normal(dims, dtype=cp.float32).astype(cp.float16) for _ in range(3))
+    return q, k, v, poisoned_output(cp, shape)
+
+
+def poisoned_output(cp, shape: Shape):
+    return cp.full((shape.B, shape.H, shape.S, shape.D), FP16_NAN_BITS, dtype=cp.uint16).view(cp.float16)
 
 
 def reference(q, k, v, xp, max_logit_bytes: int = 1 << 30):

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import secrets
 
-from . import attention
+from . import FlashbenchError, attention
 from .config import Shape
-from .launch import AttentionKernel
 
 
-def check_shape(kernel: AttentionKernel, shape: Shape, tolerance: float, seed: int) -> dict:
+def check_shape(kernel, shape: Shape, tolerance: float, seed: int) -> dict:
+    """`kernel`: an AttentionKernel or a TorchPeer (name, cp, supports, inputs, call -> output)."""
     cp = kernel.cp
     row = {**shape.as_dict(), "seed": seed}
     reason = kernel.supports(shape)
@@ -17,12 +17,14 @@ def check_shape(kernel: AttentionKernel, shape: Shape, tolerance: float, seed: i
     rng = cp.random.default_rng(seed)
     q, k, v, o = kernel.inputs(shape, rng)
     try:
-        kernel(q, k, v, o)
+        out = cp.asarray(kernel(q, k, v, o))
         cp.cuda.runtime.deviceSynchronize()
     except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
         # a kernel that faults poisons the CUDA context: record it and check no further shape
         return {**row, "passed": False, "reason": f"kernel launch failed: {e}", "fatal": True}
-    result = attention.errors(o, attention.reference(q, k, v, cp), cp)
+    except FlashbenchError as e:  # a peer whose library has no kernel for this shape
+        return {**row, "passed": False, "reason": str(e)}
+    result = attention.errors(out, attention.reference(q, k, v, cp), cp)
     if result["nonfinite"]:
         reason = f"{result['nonfinite']} NaN/Inf elements in the output (unwritten or overflowed)"
     elif result["rel_error"] >= tolerance:
@@ -32,7 +34,7 @@ def check_shape(kernel: AttentionKernel, shape: Shape, tolerance: float, seed: i
     return {**row, **result, "passed": reason is None, "reason": reason}
 
 
-def check_kernel(kernel: AttentionKernel, shapes: list[Shape], tolerance: float, progress=print) -> dict:
+def check_kernel(kernel, shapes: list[Shape], tolerance: float, progress=print) -> dict:
     results = []
     for shape in shapes:
         seed = secrets.randbits(32)  # fresh inputs every run, the seed kept to replay a failure

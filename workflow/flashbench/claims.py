@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .occupancy import blocks_by_shared_memory
+from .profile import TOP_LINES
 
 # The chapter's kernels by role (config.yaml names). A judgement that needs a kernel that was not
 # run, failed its check or was not timed says so instead of guessing.
@@ -171,4 +172,51 @@ def conclusions(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_
                              f"SM and its shared memory {by_smem[V13]}. The hybrid's "
                              f"{hybrid.smem_bytes / 1024:.1f} KiB allow only {by_smem[HYBRID]} blocks by shared "
                              f"memory (resident: {hybrid.blocks_per_sm}, limited by {hybrid.limited_by})"))
+    return out
+
+
+def profiler_claims(profile: pd.DataFrame, resources: pd.DataFrame, meta: dict) -> list[Judgement]:
+    """The chapter's Nsight Compute readings, against this GPU's (results/<gpu>/profile.csv)."""
+    rows = {r.kernel: r for r in profile.itertuples()}
+    lines = {k["name"]: (k.get("profile") or {}).get("top_lines") for k in meta["kernels"]}
+    arch = meta["gpu_arch"]
+    spills = {r.kernel: int(r.spill_store_bytes + r.spill_load_bytes) for r in resources[resources.arch == arch].itertuples()}
+    why_not = meta.get("profile_note") or "not profiled in this run"
+    out = []
+
+    statement = "LSU utilisation falls from V11 to V12"
+    published = "89% -> 63%"
+    if V11 not in rows or V12 not in rows:
+        out.append(Judgement(statement, published, NOT_MEASURED, why_not))
+    else:
+        a, b = rows[V11].lsu_pipe_pct, rows[V12].lsu_pipe_pct
+        out.append(Judgement(statement, published, REPRODUCED if b < a else NOT_REPRODUCED,
+                             f"{a:.1f}% -> {b:.1f}% (LSU pipe, % of peak while active)"))
+
+    statement = f"The softmax leaves the stall list from V11 to V12 (ncu's top {TOP_LINES} stall lines)"
+    published = "softmax among V11's top stalls, gone in V12"
+    if not lines.get(V11) or not lines.get(V12):
+        out.append(Judgement(statement, published, NOT_MEASURED,
+                             why_not if V11 not in rows else "stall samples not attributed to source lines"))
+    else:
+        def describe(name: str) -> str:
+            hits = [line["line"] for line in lines[name] if line["softmax"]]
+            share = rows[name].softmax_share
+            where = f"lines {', '.join(map(str, hits))}" if hits else "none"
+            return (f"{name}: {len(hits)} of its top {len(lines[name])} stall lines in the softmax ({where}), the "
+                    f"softmax {share:.0%} of all stall samples")
+        left = any(line["softmax"] for line in lines[V11]) and not any(line["softmax"] for line in lines[V12])
+        out.append(Judgement(statement, published, REPRODUCED if left else NOT_REPRODUCED,
+                             f"{describe(V11)}; {describe(V12)}"))
+
+    statement = "V13 runs at about 124 registers per thread, under the 128 that two blocks per SM allow, without spilling"
+    published = "124 registers"
+    if V13 not in rows:
+        out.append(Judgement(statement, published, NOT_MEASURED, why_not))
+    else:
+        registers = int(rows[V13].registers)
+        fits = registers <= 128 and spills.get(V13, 0) == 0
+        out.append(Judgement(statement, published, REPRODUCED if fits else NOT_REPRODUCED,
+                             f"{registers} registers per thread (ncu), {spills.get(V13, 0)} B spilled (ptxas on {arch}), "
+                             f"achieved occupancy {rows[V13].achieved_occupancy_pct:.1f}%"))
     return out

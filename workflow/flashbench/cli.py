@@ -30,10 +30,16 @@ def cmd_compile(a) -> None:
 
 
 def _kernel(a):
+    """The implementation a check / bench / sweep runs: a compiled kernel or a PyTorch peer."""
     from . import gpu
     from .launch import AttentionKernel
 
     gpu.require()
+    if a.peer:
+        from .config import Peer
+        from .peers import TorchPeer
+
+        return TorchPeer(Peer(**json.loads(a.peer)))
     import cupy as cp
 
     record = read_json(a.record)
@@ -47,12 +53,30 @@ def _kernel(a):
 
 def cmd_check(a) -> None:
     from .check import check_kernel
+    from .peers import PeerUnavailable
 
-    kernel = _kernel(a)
+    try:
+        kernel = _kernel(a)
+    except PeerUnavailable as e:  # no torch: the peer is skipped, the run goes on
+        name = json.loads(a.peer)["name"]
+        write_json(a.out, {"kernel": name, "tolerance": a.tolerance, "passed": False, "skipped": str(e),
+                           "reason": f"skipped: {e}", "shapes": []})
+        print(f"{name}: skipped, {e}")
+        return
     shapes = [Shape(**s) for s in json.loads(a.shapes)]
     result = check_kernel(kernel, shapes, a.tolerance, progress=_progress)
-    write_json(a.out, {**result, "cubin_sha256": kernel.record["cubin_sha256"]})
+    write_json(a.out, {**result, **kernel.identity})
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
+
+
+def _not_timed(check: dict, out) -> bool:
+    """A kernel or peer that failed (or skipped) its check is never timed: say so in its record."""
+    if check["passed"]:
+        return False
+    reason = check["reason"] if check.get("skipped") else f"failed its check: {check['reason']}"
+    write_json(out, {"kernel": check["kernel"], "timed": False, "reason": reason})
+    print(f"{check['kernel']}: not timed, {reason}")
+    return True
 
 
 def cmd_bench(a) -> None:
@@ -61,29 +85,78 @@ def cmd_bench(a) -> None:
     from . import gpu
     from .timing import bench
 
-    check = read_json(a.check)
-    if not check["passed"]:  # a kernel that fails its check is never timed
-        write_json(a.out, {"kernel": check["kernel"], "timed": False, "reason": f"failed its check: {check['reason']}"})
-        print(f"{check['kernel']}: not timed, it failed its check")
+    if _not_timed(read_json(a.check), a.out):
         return
     kernel = _kernel(a)
     shape = Shape(**json.loads(a.shape))
     _progress(f"bench {kernel.name}: {shape}, {a.steps}-step method + {a.repeats} timed calls")
     timing = bench(kernel, shape, a.steps, a.repeats, a.warmup, seed=secrets.randbits(32))
-    record = {"kernel": kernel.name, "timed": True, "reason": None, "cubin_sha256": kernel.record["cubin_sha256"],
+    record = {"kernel": kernel.name, "timed": True, "reason": None, **kernel.identity,
               "timing": timing, "provenance": gpu.provenance()}
     write_json(a.out, record)
     print(f"{kernel.name}: {timing['tflops']:.1f} TFLOPS ({a.steps}-step), median {timing['tflops_median']:.1f}")
 
 
+def cmd_sweep(a) -> None:
+    import secrets
+
+    from . import gpu
+    from .timing import sweep
+
+    if _not_timed(read_json(a.check), a.out):
+        return
+    kernel = _kernel(a)
+    shapes = [Shape(**s) for s in json.loads(a.shapes)]
+    points = sweep(kernel, shapes, a.steps, a.repeats, a.warmup, seed=secrets.randbits(32), progress=_progress)
+    write_json(a.out, {"kernel": kernel.name, "timed": True, "reason": None, **kernel.identity, "points": points,
+                       "provenance": gpu.provenance()})
+    print(f"{kernel.name}: timed at {sum(p['timed'] for p in points)} of {len(points)} lengths")
+
+
+def cmd_launch_once(a) -> None:
+    """What ncu profiles: one launch of a kernel on random inputs."""
+    import cupy as cp
+
+    kernel = _kernel(a)
+    shape = Shape(**json.loads(a.shape))
+    kernel(*kernel.inputs(shape, cp.random.default_rng(0)))
+    cp.cuda.runtime.deviceSynchronize()
+
+
+def cmd_profile(a) -> None:
+    from . import gpu
+    from .profile import profile
+
+    check = read_json(a.check)
+    if not check["passed"]:
+        write_json(a.out, {"kernel": check["kernel"], "profiled": False, "reason": f"failed its check: {check['reason']}"})
+        print(f"{check['kernel']}: not profiled, it failed its check")
+        return
+    gpu.require()
+    shape = Shape(**json.loads(a.shape))
+    try:
+        readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(a.source), shape, progress=_progress)
+    except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
+        write_json(a.out, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
+        print(f"{check['kernel']}: not profiled, {e}")
+        return
+    record = read_json(a.record)
+    write_json(a.out, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
+                       "cubin_sha256": record["cubin_sha256"], **readings, "provenance": gpu.provenance()})
+    m = readings["metrics"]
+    print(f"{record['kernel']}: {m['duration_us']:.1f} us, LSU {m['lsu_pipe_pct']:.1f}%, "
+          f"{m['registers']:.0f} registers, occupancy {m['achieved_occupancy_pct']:.1f}%")
+
+
 def cmd_summarize(a) -> None:
     from .summary import summarize
 
-    summary, resources, meta = summarize(json.loads(a.kernels), a.checks, a.benches, a.compiled, a.gpu_arch,
-                                         json.loads(a.case))
+    summary, resources, profiles, meta = summarize(json.loads(a.kernels), a.checks, a.benches, a.compiled, a.gpu_arch,
+                                                   json.loads(a.case), a.sweeps, a.profiles, json.loads(a.settings))
     out = Path(a.out_dir)
     write_text(out / "summary.csv", summary.to_csv(index=False))
     write_text(out / "resources.csv", resources.to_csv(index=False))
+    write_text(out / "profile.csv", profiles.to_csv(index=False))
     write_json(out / "kernels.json", meta)
     print(f"summary of {len(meta['kernels'])} kernels written to {out}")
 
@@ -124,30 +197,52 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--record", required=True)
     c.set_defaults(run=cmd_compile)
 
-    for name, fn, helptext in (("check", cmd_check, "run a kernel on random inputs against the fp32 reference"),
-                               ("bench", cmd_bench, "time a kernel that passed its check")):
+    for name, fn, helptext in (("check", cmd_check, "run a kernel or peer on random inputs against the fp32 reference"),
+                               ("bench", cmd_bench, "time a kernel or peer that passed its check, at one shape"),
+                               ("sweep", cmd_sweep, "time a kernel or peer that passed its check, at several shapes")):
         s = sub.add_parser(name, help=helptext)
-        s.add_argument("--cubin", required=True)
-        s.add_argument("--record", required=True, help="the kernel's compile record")
+        s.add_argument("--cubin", help="a kernel: its cubin")
+        s.add_argument("--record", help="a kernel: its compile record")
+        s.add_argument("--peer", help="a PyTorch peer instead: its config entry as JSON")
         s.add_argument("--out", required=True)
         s.set_defaults(run=fn)
         if name == "check":
             s.add_argument("--shapes", required=True, help="JSON list of {B, H, S, D}")
             s.add_argument("--tolerance", type=float, required=True)
         else:
-            s.add_argument("--check", required=True, help="the kernel's check record")
-            s.add_argument("--shape", required=True, help="JSON {B, H, S, D}")
+            s.add_argument("--check", required=True, help="its check record")
+            s.add_argument(*(("--shape",) if name == "bench" else ("--shapes",)), required=True,
+                           help="JSON {B, H, S, D}" if name == "bench" else "JSON list of {B, H, S, D}")
             s.add_argument("--steps", type=int, required=True)
             s.add_argument("--repeats", type=int, required=True)
             s.add_argument("--warmup", type=int, required=True)
+
+    s = sub.add_parser("launch-once", help="launch a kernel once on random inputs (what the profiler runs)")
+    s.add_argument("--cubin", required=True)
+    s.add_argument("--record", required=True)
+    s.add_argument("--shape", required=True)
+    s.set_defaults(run=cmd_launch_once, peer=None)
+
+    s = sub.add_parser("profile", help="Nsight Compute readings of a kernel that passed its check")
+    s.add_argument("--ncu", required=True, help="the ncu executable")
+    s.add_argument("--cubin", required=True)
+    s.add_argument("--record", required=True)
+    s.add_argument("--check", required=True)
+    s.add_argument("--source", required=True, help="the kernel file, to attribute stalls to its lines")
+    s.add_argument("--shape", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(run=cmd_profile)
 
     s = sub.add_parser("summarize", help="gather one GPU's records into summary.csv, resources.csv, kernels.json")
     s.add_argument("--kernels", required=True, help="JSON list of the kernels' config entries, in table order")
     s.add_argument("--checks", nargs="+", required=True)
     s.add_argument("--benches", nargs="+", required=True)
     s.add_argument("--compiled", nargs="+", required=True)
+    s.add_argument("--sweeps", nargs="*", default=[])
+    s.add_argument("--profiles", nargs="*", default=[])
     s.add_argument("--gpu-arch", required=True)
     s.add_argument("--case", required=True)
+    s.add_argument("--settings", default="{}", help="JSON: baseline, sweep settings, profile note")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_summarize)
 
@@ -170,7 +265,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command in ("check", "bench", "sweep") and not (args.peer or (args.cubin and args.record)):
+        p.error(f"{args.command} needs --cubin and --record (a kernel) or --peer (a PyTorch peer)")
     try:
         args.run(args)
     except FlashbenchError as e:

@@ -15,6 +15,8 @@ def steps(case: pd.DataFrame, kernels: list[dict]) -> list[dict]:
     published = {k["name"]: k.get("published_tflops") for k in kernels}
     out, previous = [], None
     for k in kernels:
+        if k["kind"] == "peer":  # peers are set against the baseline, not against a previous row
+            continue
         name = k["name"]
         base = k.get("parent") if k["kind"] == "ablation" else previous
         if name in timed and base in timed:
@@ -35,6 +37,9 @@ def findings(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_nam
     out = []
     for k in kernels:
         row = case[case.kernel == k["name"]]
+        if k.get("skipped"):
+            out.append(f"**{k['name']}** was skipped: {k['skipped']}.")
+            continue
         if not k["check_passed"]:
             out.append(f"**{k['name']}** failed its correctness check ({k['check_reason']}), so it is not "
                        f"reported as a speed.")

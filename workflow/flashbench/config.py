@@ -43,6 +43,20 @@ class Kernel:
 
 
 @dataclass(frozen=True)
+class Peer:
+    name: str
+    backend: str  # auto | cudnn | flash | efficient | unfused
+    change: str
+    published_tflops: float | None = None
+    max_seq_len: int | None = None
+    kind: str = "peer"
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "backend": self.backend, "change": self.change,
+                "published_tflops": self.published_tflops, "max_seq_len": self.max_seq_len}
+
+
+@dataclass(frozen=True)
 class Settings:
     gpu: str | None
     gpu_arch: str | None
@@ -53,6 +67,15 @@ class Settings:
     check_shapes: list[Shape]  # the case first, then the extra shapes
     tolerance: float
     bench: dict
+    peers: list[Peer] = field(default_factory=list)  # in table order, after the kernels
+    baseline: str | None = None
+    sweep: dict | None = None
+    ncu: str | bool | None = None
+
+    def sweep_shapes(self) -> list[Shape]:
+        if not self.sweep:
+            return []
+        return [Shape(B=self.case.B, H=self.case.H, S=S, D=self.case.D) for S in self.sweep["S"]]
 
     def kernel(self, name: str) -> Kernel:
         for kernel in self.kernels:
@@ -99,6 +122,19 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
             raise ConfigError(f"config key 'kernels.{name}.source': no such file {spec['source']!r}")
         kernels.append(Kernel(name=name, **spec))
 
+    peers = [Peer(name=name, **spec) for name, spec in config.get("peers", {}).items()]
+    for peer in peers:
+        if peer.name in definitions:
+            raise ConfigError(f"config key 'peers.{peer.name}': a kernel has that name too")
+    baseline = config.get("baseline")
+    if baseline is not None and baseline not in {p.name for p in peers}:
+        raise ConfigError(f"config key 'baseline': {baseline!r} is not one of the peers")
+
+    ncu = config.get("ncu")
+    if isinstance(ncu, str) and ncu.lower() in ("false", "true", "null", "none"):
+        raise ConfigError(f"config key 'ncu': {ncu!r} is a string; write false in config.yaml, ncu=False on the "
+                          f"command line")
+
     case = Shape(**config["case"])
     extra = list(dict.fromkeys(Shape(**s) for s in config["check"]["shapes"] if Shape(**s) != case))
     if len(extra) < 3:
@@ -113,6 +149,10 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
         check_shapes=[case] + extra,
         tolerance=float(config["check"]["tolerance"]),
         bench=dict(config["bench"]),
+        peers=peers,
+        baseline=baseline,
+        sweep=dict(config["sweep"]) if config.get("sweep") else None,
+        ncu=config.get("ncu"),
     )
 
 

@@ -6,11 +6,10 @@ from pathlib import Path
 import numpy as np
 
 from . import FlashbenchError
+from . import attention
 from .attention import LOG2E, SCALE
 from .compile import ENTRY
 from .config import Shape
-
-FP16_NAN_BITS = 0x7E00  # poison: an element the kernel does not write stays NaN and fails
 
 
 class AttentionKernel:
@@ -38,23 +37,22 @@ class AttentionKernel:
                 return f"S={shape.S} is not a multiple of {self.name}'s {what} ({c[what]})"
         return None
 
+    @property
+    def identity(self) -> dict:
+        """What the records name this implementation by."""
+        return {"cubin_sha256": self.record["cubin_sha256"]}
+
     def inputs(self, shape: Shape, rng) -> tuple:
-        """Fresh random Q, K, V (normal, fp16) and a NaN-poisoned O, all [B, H, S, D]."""
-        cp = self.cp
-        dims = (shape.B, shape.H, shape.S, shape.D)
-        q, k, v = (rng.standard_normal(dims, dtype=cp.float32).astype(cp.float16) for _ in range(3))
-        return q, k, v, self.poisoned_output(shape)
+        return attention.random_inputs(self.cp, shape, rng)
 
-    def poisoned_output(self, shape: Shape):
-        cp = self.cp
-        return cp.full((shape.B, shape.H, shape.S, shape.D), FP16_NAN_BITS, dtype=cp.uint16).view(cp.float16)
-
-    def __call__(self, q, k, v, o) -> None:
+    def __call__(self, q, k, v, o):
+        """Attention of q, k, v into o; returns o."""
         B, H, S, D = q.shape
         for a in (q, k, v, o):
             if a.dtype != self.cp.float16 or not a.flags.c_contiguous or a.shape != q.shape:
                 raise FlashbenchError("q, k, v, o must be C-contiguous fp16 arrays of one [B, H, S, D] shape")
         self.launch(S // self.contract["block_rows"], B * H, q, k, v, o, S)
+        return o
 
     def launch(self, row_tiles: int, heads: int, q, k, v, o, seq_len: int) -> None:
         """The raw launch: grid (row_tiles, heads), no checks (tests use it to launch wrongly on purpose)."""

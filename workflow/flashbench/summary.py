@@ -1,8 +1,11 @@
-"""Gather a GPU's raw records (check, bench, compile) into its tidy tables.
+"""Gather a GPU's raw records (check, bench, sweep, profile, compile) into its tidy tables.
 
-results/<gpu>/summary.csv    one row per kernel and checked shape, timings on the timed case
+results/<gpu>/summary.csv    one row per kernel or peer and shape: the checked shapes (series
+                             "check", timings on the case) and the sweep's lengths (series "sweep")
 results/<gpu>/resources.csv  one row per kernel and architecture, from ptxas and the contract
-results/<gpu>/kernels.json   what each kernel is (kind, change, published figure, choices made)
+results/<gpu>/profile.csv    one row per profiled kernel: Nsight Compute's readings at the case
+results/<gpu>/kernels.json   what each kernel and peer is (kind, change, published figure, choices
+                             made, where its warps stall) and what the run skipped
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pandas as pd
 from .files import read_json
 
 SUMMARY_COLUMNS = [
-    "kernel", "kind", "B", "H", "S", "D", "is_case", "passed", "rel_error", "max_abs_error", "reason",
+    "kernel", "kind", "series", "B", "H", "S", "D", "is_case", "passed", "rel_error", "max_abs_error", "reason",
     "tflops", "tflops_median", "tflops_min", "tflops_max", "ms_per_step", "ms_median", "gib_per_s",
     "arch", "registers", "spill_bytes", "smem_bytes", "blocks_per_sm",
 ]
@@ -23,6 +26,7 @@ RESOURCE_COLUMNS = [
     "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes", "threads", "block_rows", "blocks_per_sm",
     "limited_by", "nvcc", "command", "cubin_sha256",
 ]
+TIMED = ("tflops", "tflops_median", "tflops_min", "tflops_max", "ms_per_step", "ms_median", "gib_per_s")
 _CHOICE = re.compile(r"^\s*//\s*Choice:\s*(.*)$")
 
 
@@ -55,8 +59,8 @@ def resources_table(compile_records: list[dict]) -> pd.DataFrame:
 
 
 def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: pd.DataFrame, gpu_arch: str,
-                  case: dict) -> pd.DataFrame:
-    """`kernels` in table order; `checks` / `benches` map kernel name to its record."""
+                  case: dict, sweeps: dict) -> pd.DataFrame:
+    """`kernels` (and peers) in table order; `checks` / `benches` / `sweeps` map a name to its record."""
     rows = []
     for kernel in kernels:
         name = kernel["name"]
@@ -67,36 +71,69 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
             dims = {d: shape[d] for d in "BHSD"}
             is_case = dims == case
             row = {
-                "kernel": name, "kind": kernel["kind"], **dims, "is_case": is_case,
+                "kernel": name, "kind": kernel["kind"], "series": "check", **dims, "is_case": is_case,
                 "passed": shape["passed"], "rel_error": shape.get("rel_error"),
                 "max_abs_error": shape.get("max_abs_error"), "reason": shape.get("reason"),
                 "arch": gpu_arch, **{k: res.get(k) for k in ("registers", "smem_bytes", "blocks_per_sm")},
                 "spill_bytes": (res["spill_store_bytes"] + res["spill_load_bytes"]) if res else None,
             }
             if is_case and bench.get("timed") and checks[name]["passed"]:
-                row.update({k: bench["timing"][k] for k in ("tflops", "tflops_median", "tflops_min", "tflops_max",
-                                                              "ms_per_step", "ms_median", "gib_per_s")})
+                row.update({k: bench["timing"][k] for k in TIMED})
             rows.append(row)
+        for point in sweeps.get(name, {}).get("points", []):
+            rows.append({"kernel": name, "kind": kernel["kind"], "series": "sweep", **{d: point[d] for d in "BHSD"},
+                         "is_case": False, "passed": checks[name]["passed"], "reason": point["reason"],
+                         "arch": gpu_arch, **({k: point[k] for k in TIMED} if point["timed"] else {})})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
+def profile_table(profiles: dict) -> pd.DataFrame:
+    """One row per profiled kernel: its metrics, stall reasons (cycles per issued instruction) and the
+    softmax section's share of the sampled stalls."""
+    from .profile import METRICS, STALLS
+
+    columns = ["kernel", *METRICS, *(f"stall_{s}" for s in STALLS), "softmax_share", "softmax_in_top_lines"]
+    rows = []
+    for name, p in profiles.items():
+        if not p.get("profiled"):
+            continue
+        m = p["metrics"]
+        rows.append({"kernel": name, **{k: m[k] for k in METRICS}, **{f"stall_{s}": m["stalls"][s] for s in STALLS},
+                     "softmax_share": p["softmax_share"],
+                     "softmax_in_top_lines": (None if p["top_lines"] is None
+                                              else sum(line["softmax"] for line in p["top_lines"]))})
+    return pd.DataFrame(rows, columns=columns)
+
+
 def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile_paths: list, gpu_arch: str,
-              case: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+              case: dict, sweep_paths: list = (), profile_paths: list = (), settings: dict | None = None,
+              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+    """`kernels`: the config entries of the kernels and peers, in table order. `settings`: what the run
+    was asked to do beyond that (baseline, sweep, profile note), carried into kernels.json."""
     checks = {(r := read_json(p))["kernel"]: r for p in check_paths}
     benches = {(r := read_json(p))["kernel"]: r for p in bench_paths}
+    sweeps = {(r := read_json(p))["kernel"]: r for p in sweep_paths}
+    profiles = {(r := read_json(p))["kernel"]: r for p in profile_paths}
     compile_records = [read_json(p) for p in compile_paths]
     resources = resources_table(compile_records)
-    summary = summary_table(kernels, checks, benches, resources, gpu_arch, case)
+    summary = summary_table(kernels, checks, benches, resources, gpu_arch, case, sweeps)
     sources = {r["kernel"]: r["source"] for r in compile_records}
     meta = {
         "gpu_arch": gpu_arch,
         "case": case,
         "tolerance": next(iter(checks.values()))["tolerance"],
+        **(settings or {}),
         "kernels": [{**k, "choices": choices(sources[k["name"]]) if k["name"] in sources else None,
                      "check_passed": checks[k["name"]]["passed"], "check_reason": checks[k["name"]]["reason"],
+                     "skipped": checks[k["name"]].get("skipped"),
+                     "identity": {f: checks[k["name"]][f] for f in ("torch", "cudnn", "backend") if f in checks[k["name"]]},
                      "timed": checks[k["name"]]["passed"] and benches.get(k["name"], {}).get("timed", False),
                      "not_timed_reason": benches.get(k["name"], {}).get("reason"),
                      "timing": benches.get(k["name"], {}).get("timing"),
+                     "not_swept_reason": sweeps.get(k["name"], {}).get("reason"),
+                     "profile": ({f: profiles[k["name"]].get(f) for f in ("profiled", "reason", "top_lines", "softmax_share",
+                                                                          "stall_samples", "lines_reason", "ncu")}
+                                 if k["name"] in profiles else None),
                      "provenance": benches.get(k["name"], {}).get("provenance")} for k in kernels],
     }
-    return summary, resources, meta
+    return summary, resources, profile_table(profiles), meta

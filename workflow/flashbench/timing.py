@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import statistics
 
-from . import attention
+from . import FlashbenchError, attention
 from .config import Shape
-from .launch import AttentionKernel
 
 
-def bench(kernel: AttentionKernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int) -> dict:
-    """Same inputs for every call, as the write-up did (see `fits_in_l2` in the record)."""
+def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int) -> dict:
+    """Time `kernel` (an AttentionKernel or a TorchPeer) at `shape`. Same inputs for every call, as
+    the write-up did (the report says whether they fit in L2)."""
     cp = kernel.cp
     q, k, v, o = kernel.inputs(shape, cp.random.default_rng(seed))
     for _ in range(warmup):
@@ -53,3 +53,23 @@ def bench(kernel: AttentionKernel, shape: Shape, steps: int, repeats: int, warmu
         "gib_per_s": attention.gib_per_s(shape, step_s),
         "input_bytes": attention.input_bytes(shape),
     }
+
+
+def sweep(kernel, shapes: list[Shape], steps: int, repeats: int, warmup: int, seed: int, progress=print) -> list[dict]:
+    """`bench` at each shape `kernel` supports; a shape it does not support gets its reason instead."""
+    points = []
+    for shape in shapes:
+        reason = kernel.supports(shape)
+        if reason:
+            progress(f"sweep {kernel.name}: {shape} skipped, {reason}")
+            points.append({**shape.as_dict(), "timed": False, "reason": reason})
+            continue
+        progress(f"sweep {kernel.name}: {shape}, {steps}-step method + {repeats} timed calls")
+        try:
+            points.append({**bench(kernel, shape, steps, repeats, warmup, seed), "timed": True, "reason": None})
+        except FlashbenchError as e:  # a peer's library without a kernel for this length
+            progress(f"  -> not timed: {e}")
+            points.append({**shape.as_dict(), "timed": False, "reason": str(e)})
+            continue
+        progress(f"  -> {points[-1]['tflops']:.1f} TFLOPS")
+    return points

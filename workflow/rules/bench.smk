@@ -24,9 +24,30 @@ if GPU_MODE:
             " --shape {params.shape:q} --steps {params.steps} --repeats {params.repeats} --warmup {params.warmup}"
             " --out {output} 2>&1 | tee {log}"
 
+    rule bench_peer:
+        input:
+            check=f"results/{GPU_SLUG}/check/{{peer}}.json",
+            code=package_modules("timing", "peers", "attention", "gpu", "config", "cli"),
+        output:
+            f"results/{GPU_SLUG}/bench/{{peer}}.json",
+        log:
+            f"logs/{GPU_SLUG}/bench/{{peer}}.log",
+        params:
+            peer=lambda w: json.dumps(PEERS[w.peer].as_dict()),
+            shape=json.dumps(SETTINGS.case.as_dict()),
+            steps=SETTINGS.bench["steps"],
+            repeats=SETTINGS.bench["repeats"],
+            warmup=SETTINGS.bench["warmup"],
+        resources:
+            gpu=1,
+        shell:
+            "{PY} -m flashbench bench --peer {params.peer:q} --check {input.check}"
+            " --shape {params.shape:q} --steps {params.steps} --repeats {params.repeats} --warmup {params.warmup}"
+            " --out {output} 2>&1 | tee {log}"
+
     rule bench:
         input:
-            expand(f"results/{GPU_SLUG}/bench/{{kernel}}.json", kernel=KERNELS),
+            run_records("bench"),
 
 else:
 

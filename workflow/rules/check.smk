@@ -20,9 +20,26 @@ if GPU_MODE:
             "{PY} -m flashbench check --cubin {input.cubin} --record {input.record} --shapes {params.shapes:q}"
             " --tolerance {params.tolerance} --out {output} 2>&1 | tee {log}"
 
+    rule check_peer:
+        input:
+            code=package_modules("check", "peers", "attention", "gpu", "config", "cli"),
+        output:
+            f"results/{GPU_SLUG}/check/{{peer}}.json",
+        log:
+            f"logs/{GPU_SLUG}/check/{{peer}}.log",
+        params:
+            peer=lambda w: json.dumps(PEERS[w.peer].as_dict()),
+            shapes=json.dumps([s.as_dict() for s in SETTINGS.check_shapes]),
+            tolerance=SETTINGS.tolerance,
+        resources:
+            gpu=1,
+        shell:
+            "{PY} -m flashbench check --peer {params.peer:q} --shapes {params.shapes:q}"
+            " --tolerance {params.tolerance} --out {output} 2>&1 | tee {log}"
+
     rule check:
         input:
-            expand(f"results/{GPU_SLUG}/check/{{kernel}}.json", kernel=KERNELS),
+            run_records("check"),
 
 else:
 

@@ -1,6 +1,7 @@
 # Configuration, GPU detection and path helpers shared by every stage.
 import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -16,6 +17,8 @@ except ImportError:
 # The JSON schema and the checks a schema cannot express, before any job starts.
 SETTINGS = fb_config.validate(config)
 KERNELS = {k.name: k for k in SETTINGS.kernels}
+PEERS = {p.name: p for p in SETTINGS.peers}
+RUNS = list(KERNELS) + list(PEERS)  # everything checked, timed and swept, in table order
 PY = shlex.quote(sys.executable)
 
 # GPU mode when a GPU is found (or named in config); otherwise the archive-only mode.
@@ -33,6 +36,15 @@ if GPU_ARCH and GPU_ARCH not in fb_config.supported_archs():
     )
 GPU_MODE = GPU_SLUG is not None
 ARCHS = SETTINGS.archs + ([GPU_ARCH] if GPU_MODE and GPU_ARCH not in SETTINGS.archs else [])
+# The profile stage runs where Nsight Compute is found (config `ncu`), and only with a GPU.
+NCU = None if SETTINGS.ncu is False else shutil.which(SETTINGS.ncu or "ncu")
+PROFILE = GPU_MODE and NCU is not None
+if SETTINGS.ncu is False:
+    PROFILE_NOTE = "not asked for (config ncu: false)"
+elif NCU is None:
+    PROFILE_NOTE = f"skipped: {SETTINGS.ncu or 'ncu'} was not found on this machine"
+else:
+    PROFILE_NOTE = None
 if not GPU_MODE:
     print(
         "no GPU found: compiling the kernels and re-rendering the archived reports; "
@@ -48,6 +60,7 @@ REPORT_TEMPLATE = "workflow/templates/report.md.j2"
 wildcard_constraints:
     arch="sm_[0-9]+",
     kernel="|".join(KERNELS),
+    peer="|".join(PEERS) or "(?!)",
     gpu="[a-z0-9][a-z0-9-]*",
 
 
@@ -73,10 +86,18 @@ def ablation_outputs(name):
     )
 
 
+def run_records(stage, names=RUNS):
+    return expand(f"results/{GPU_SLUG}/{stage}/{{name}}.json", name=names)
+
+
 def archived_results():
     return sorted(str(p) for p in Path("results").glob("*/summary.csv"))
 
 
 
+def report_figures(gpu):
+    return [f"reports/{gpu}/{name}" for name in ("tflops.png", "sweep.png", "stalls.png")]
+
+
 def report_outputs(gpu):
-    return [f"reports/{gpu}/report.md", f"reports/{gpu}/tflops.png"]
+    return [f"reports/{gpu}/report.md", *report_figures(gpu)]

@@ -5,13 +5,16 @@ if GPU_MODE:
 
     rule summarize:
         input:
-            checks=expand(f"results/{GPU_SLUG}/check/{{kernel}}.json", kernel=KERNELS),
-            benches=expand(f"results/{GPU_SLUG}/bench/{{kernel}}.json", kernel=KERNELS),
+            checks=run_records("check"),
+            benches=run_records("bench"),
+            sweeps=run_records("sweep") if SETTINGS.sweep else [],
+            profiles=run_records("profile", KERNELS) if PROFILE else [],
             compiled=compile_records(),
-            code=package_modules("summary", "cli"),
+            code=package_modules("summary", "profile", "cli"),
         output:
             summary=f"results/{GPU_SLUG}/summary.csv",
             resources=f"results/{GPU_SLUG}/resources.csv",
+            profile=f"results/{GPU_SLUG}/profile.csv",
             kernels=f"results/{GPU_SLUG}/kernels.json",
         log:
             f"logs/{GPU_SLUG}/summarize.log",
@@ -21,25 +24,29 @@ if GPU_MODE:
                     {"name": k.name, **{f: getattr(k, f) for f in ("kind", "source", "defines", "change", "published_tflops", "published_registers", "parent")}}
                     for k in SETTINGS.kernels
                 ]
+                + [{**p.as_dict(), "kind": "peer"} for p in SETTINGS.peers]
             ),
             case=json.dumps(SETTINGS.case.as_dict()),
+            settings=json.dumps({"baseline": SETTINGS.baseline, "sweep": SETTINGS.sweep, "profile_note": PROFILE_NOTE}),
             gpu_arch=GPU_ARCH,
         shell:
             "{PY} -m flashbench summarize --kernels {params.kernels:q} --checks {input.checks}"
-            " --benches {input.benches} --compiled {input.compiled} --gpu-arch {params.gpu_arch}"
-            f" --case {{params.case:q}} --out-dir results/{GPU_SLUG} > {{log}} 2>&1"
+            " --benches {input.benches} --sweeps {input.sweeps} --profiles {input.profiles}"
+            " --compiled {input.compiled} --gpu-arch {params.gpu_arch} --case {params.case:q}"
+            f" --settings {{params.settings:q}} --out-dir results/{GPU_SLUG} > {{log}} 2>&1"
 
 
 rule render_report:
     input:
         summary="results/{gpu}/summary.csv",
         resources="results/{gpu}/resources.csv",
+        profile="results/{gpu}/profile.csv",
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
         code=package_modules("report", "conclusions", "claims", "occupancy", "cli"),
     output:
         report="reports/{gpu}/report.md",
-        figure="reports/{gpu}/tflops.png",
+        figures=report_figures("{gpu}"),
     log:
         "logs/{gpu}/render_report.log",
     shell:

@@ -1,0 +1,85 @@
+"""The profile stage's parsers (ncu's CSV pages, nvdisasm's line table), on CPU with sample texts."""
+import pytest
+
+from flashbench import FlashbenchError
+from flashbench.profile import (METRICS, STALL_METRIC, STALLS, line_map, metrics_of, parse_raw, parse_sass_samples,
+                                section_lines, stall_lines)
+
+from conftest import ROOT
+
+RAW = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",{names}\n'
+       '"","","","","","","",{units}\n'
+       '"0","42","python3","h","flash_attention_forward","1","7",{values}\n')
+
+
+def raw_page(values: dict, units: dict) -> str:
+    names = list(values)
+    quote = lambda xs: ",".join(f'"{x}"' for x in xs)
+    return RAW.format(names=quote(names), units=quote(units.get(n, "") for n in names),
+                      values=quote(values[n] for n in names))
+
+
+def test_raw_page_gives_every_metric_and_stall():
+    values = {metric: "1,234.5" for metric in METRICS.values()}
+    values |= {"gpu__time_duration.sum": "246,690", "launch__registers_per_thread": "126",
+               "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active": "49.77"}
+    values |= {STALL_METRIC.format(s): "0.5" for s in STALLS} | {STALL_METRIC.format("barrier"): "3.51"}
+    m = metrics_of(parse_raw(raw_page(values, {"gpu__time_duration.sum": "nsecond"})))
+    assert m["duration_us"] == pytest.approx(246.69)
+    assert m["registers"] == 126 and m["lsu_pipe_pct"] == 49.77 and m["smem_wavefronts"] == 1234.5
+    assert m["stalls"]["barrier"] == 3.51 and set(m["stalls"]) == set(STALLS)
+
+
+def test_a_raw_page_without_the_kernel_is_a_clear_error():
+    with pytest.raises(FlashbenchError, match="no metrics row"):
+        parse_raw("==PROF== Disconnected\n")
+
+
+SASS_PAGE = '''"Kernel Name","flash_attention_forward",
+"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","# Samples"
+"0x7f90857a0000","      LDC R1, c[0x0][0x28]","22","19","22"
+"0x7f90857a0010","      S2R R23, SR_TID.X","5","2","5"
+"0x7f90857a0020","      LDS R4, [R2]","1,200","900","1,200"
+'''
+
+
+def test_sass_page_gives_samples_per_instruction_offset():
+    assert parse_sass_samples(SASS_PAGE) == [(0x0, 22), (0x10, 5), (0x20, 1200)]
+
+
+DISASSEMBLY = '''.text.flash_attention_forward:
+\t//## File "/x/kernels/v11.cu", line 70
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+\t//## File "/x/kernels/flash_common.cuh", line 70 inlined at "/x/kernels/v11.cu", line 89
+\t//## File "/x/kernels/v11.cu", line 89
+        /*0010*/                   S2R R23, SR_TID.X ;
+\t//## File "/usr/local/cuda/include/sm_20_intrinsics.hpp", line 151 inlined at "/x/kernels/flash_common.cuh", line 16
+\t//## File "/x/kernels/flash_common.cuh", line 16 inlined at "/x/kernels/v11.cu", line 150
+\t//## File "/x/kernels/v11.cu", line 150
+        /*0020*/                   LDS R4, [R2] ;
+'''
+
+
+def test_inlined_instructions_count_for_the_kernel_line_that_called_them():
+    assert line_map(DISASSEMBLY, ROOT / "kernels" / "v11.cu") == {0x0: 70, 0x10: 89, 0x20: 150}
+
+
+@pytest.mark.parametrize("source", ["v11.cu", "v12.cu", "v13.cu"])
+def test_every_version_marks_its_softmax_section(source):
+    text = (ROOT / "kernels" / source).read_text()
+    lines = text.splitlines()
+    softmax = section_lines(text)
+    assert softmax, f"{source} has no `// ---- online softmax` section comment"
+    assert any("fast_exp2" in lines[n - 1] for n in softmax)
+    assert not any("mma_m16n8k16" in lines[n - 1] or "__syncthreads" in lines[n - 1] for n in softmax)
+
+
+def test_stall_lines_rank_source_lines_and_measure_the_softmax():
+    text = (ROOT / "kernels" / "v11.cu").read_text()
+    softmax_line = min(section_lines(text))
+    samples = [(0x0, 10), (0x10, 30), (0x20, 60), (0x30, 0)]
+    offsets = {0x0: 70, 0x10: 89, 0x20: softmax_line}
+    result = stall_lines(samples, offsets, text)
+    assert result["stall_samples"] == 100 and result["softmax_share"] == pytest.approx(0.6)
+    assert [line["line"] for line in result["top_lines"]] == [softmax_line, 89, 70]
+    assert result["top_lines"][0]["softmax"] and not result["top_lines"][1]["softmax"]

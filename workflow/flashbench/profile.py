@@ -1,0 +1,166 @@
+"""Nsight Compute readings of one kernel at the case: what the chapter's profiler claims rest on.
+
+One `ncu` run (`--clock-control none`: the GPU's clocks as they are) collects the metrics below,
+the warp-stall reasons and PC sampling. The sampled stalls are attributed to lines of the kernel
+file through `nvdisasm -gi` (the cubins carry -lineinfo), so the report can say which source
+lines the warps wait on, and whether the softmax is among them.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import FlashbenchError
+from .config import Shape
+
+KERNEL_NAME = "flash_attention_forward"
+SECTIONS = ["WarpStateStats", "SourceCounters", "Occupancy", "LaunchStats"]
+METRICS = {  # report name -> ncu metric
+    "duration_us": "gpu__time_duration.sum",
+    "registers": "launch__registers_per_thread",
+    "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "lsu_pipe_pct": "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
+    "tensor_pipe_pct": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "issue_active_pct": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "eligible_warps": "smsp__warps_eligible.avg.per_cycle_active",
+    "smem_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+    "smem_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
+}
+# Warp states ncu reports as cycles per issued instruction (smsp__average_warps_issue_stalled_*).
+STALLS = ["barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle", "long_scoreboard",
+          "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction", "not_selected", "selected",
+          "short_scoreboard", "sleeping", "tex_throttle", "wait"]
+STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+TOP_LINES = 5  # ncu's "top stall locations": the stall list the chapter speaks of
+SOFTMAX_MARKER = "online softmax"  # the section comment every version opens its softmax with
+
+
+def command(ncu: str, report: Path, cubin: Path, record: Path, shape: Shape) -> list[str]:
+    metrics = list(METRICS.values()) + [STALL_METRIC.format(s) for s in STALLS]
+    return [ncu, "--clock-control", "none", "--kernel-name", KERNEL_NAME, "--launch-count", "1",
+            *[a for s in SECTIONS for a in ("--section", s)], "--metrics", ",".join(metrics),
+            "--export", str(report), "--force-overwrite",
+            sys.executable, "-m", "flashbench", "launch-once", "--cubin", str(cubin), "--record", str(record),
+            "--shape", json.dumps(shape.as_dict())]
+
+
+def _number(text: str) -> float | None:
+    text = text.strip().replace(",", "")
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_raw(text: str) -> dict:
+    """`ncu --import R --page raw --csv`: metric -> (value, unit) for the one profiled launch."""
+    rows = [r for r in csv.reader(io.StringIO(text)) if r]
+    header = next((i for i, r in enumerate(rows) if "ID" in r and any("__" in c for c in r)), None)
+    if header is None or len(rows) < header + 3:
+        raise FlashbenchError("ncu's raw page has no metrics row: the kernel was not profiled")
+    names, units, values = rows[header], rows[header + 1], rows[header + 2]
+    return {n: (_number(v), u) for n, u, v in zip(names, units, values)}
+
+
+def metrics_of(raw: dict) -> dict:
+    out = {}
+    for name, metric in METRICS.items():
+        value, unit = raw.get(metric, (None, ""))
+        if value is not None and name == "duration_us":
+            value *= {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}.get(unit, 1e-3)
+        out[name] = value
+    out["stalls"] = {s: raw.get(STALL_METRIC.format(s), (None, ""))[0] for s in STALLS}
+    return out
+
+
+def parse_sass_samples(text: str) -> list[tuple[int, int]]:
+    """`ncu --import R --page source --print-source sass --csv`: (offset, stall samples) per instruction."""
+    rows = list(csv.reader(io.StringIO(text)))
+    start = next((i for i, r in enumerate(rows) if r[:1] == ["Address"]), None)
+    if start is None:
+        raise FlashbenchError("ncu's source page has no SASS table (was -lineinfo / SourceCounters collected?)")
+    column = rows[start].index("Warp Stall Sampling (All Samples)")
+    body = [r for r in rows[start + 1 :] if r and r[0].startswith("0x")]
+    base = int(body[0][0], 16) if body else 0
+    return [(int(r[0], 16) - base, int(_number(r[column]) or 0)) for r in body]
+
+
+_ANNOTATION = re.compile(r'//## File "(?P<file>[^"]+)", line (?P<line>\d+)(?P<inlined> inlined at .*)?$')
+_INSTRUCTION = re.compile(r"^\s*/\*(?P<offset>[0-9a-f]{4,})\*/\s+\S")
+
+
+def line_map(disassembly: str, source: Path) -> dict[int, int]:
+    """`nvdisasm -gi`: instruction offset -> line of `source` it comes from (the outermost frame, so
+    an inlined helper's instructions count for the kernel line that called it)."""
+    offsets, line = {}, None
+    for text in disassembly.splitlines():
+        if m := _ANNOTATION.search(text):
+            if not m["inlined"] and Path(m["file"]).name == source.name:
+                line = int(m["line"])
+        elif (m := _INSTRUCTION.match(text)) and line is not None:
+            offsets[int(m["offset"], 16)] = line
+    return offsets
+
+
+def section_lines(source_text: str, marker: str = SOFTMAX_MARKER) -> set[int]:
+    """Lines (1-based) of the section whose `// ----` comment names `marker`, up to the next such
+    comment; the barrier lines closing it (__syncthreads, cp_async_wait) belong to no phase."""
+    lines = source_text.splitlines()
+    start = next((i for i, t in enumerate(lines) if "// ----" in t and marker in t), None)
+    if start is None:
+        return set()
+    end = next((i for i in range(start + 1, len(lines)) if "// ----" in lines[i]), len(lines))
+    return {i + 1 for i in range(start, end) if not re.search(r"__syncthreads|cp_async_wait", lines[i])}
+
+
+def stall_lines(samples: list[tuple[int, int]], offsets: dict[int, int], source_text: str) -> dict:
+    """Stall samples per source line: the top lines, and the softmax section's share of all samples."""
+    per_line: dict[int | None, int] = {}
+    for offset, count in samples:
+        line = offsets.get(offset)
+        per_line[line] = per_line.get(line, 0) + count
+    total = sum(per_line.values())
+    softmax = section_lines(source_text)
+    code = source_text.splitlines()
+    top = sorted(((n, c) for n, c in per_line.items() if n is not None), key=lambda x: -x[1])[:TOP_LINES]
+    return {
+        "stall_samples": total,
+        "softmax_share": sum(c for n, c in per_line.items() if n in softmax) / total if total else None,
+        "top_lines": [{"line": n, "samples": c, "share": c / total, "code": code[n - 1].strip(),
+                       "softmax": n in softmax} for n, c in top],
+    }
+
+
+def _run(cmd: list[str], what: str) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise FlashbenchError(f"{what} failed: {' / '.join(tail) or f'exit {proc.returncode}'}")
+    return proc.stdout
+
+
+def profile(ncu: str, cubin: Path, record: Path, source: Path, shape: Shape, progress=print) -> dict:
+    """Profile one kernel: the metrics, the stall reasons and where in `source` the warps stall
+    (that last part needs nvdisasm, from the CUDA toolkit; without it the record says so)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "profile"
+        progress(f"profile {cubin.stem}: ncu at {shape} (several replays of one launch)")
+        _run(command(ncu, report, cubin, record, shape), "ncu")
+        rep = f"{report}.ncu-rep"
+        raw = parse_raw(_run([ncu, "--import", rep, "--page", "raw", "--csv"], "ncu --page raw"))
+        samples = parse_sass_samples(_run([ncu, "--import", rep, "--page", "source", "--print-source", "sass",
+                                           "--csv"], "ncu --page source"))
+    record = {"metrics": metrics_of(raw), "ncu": _run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]}
+    nvdisasm = shutil.which("nvdisasm")
+    if nvdisasm is None:
+        return {**record, "stall_samples": None, "softmax_share": None, "top_lines": None,
+                "lines_reason": "nvdisasm not found: stalls not attributed to source lines"}
+    offsets = line_map(_run([nvdisasm, "-gi", "-c", str(cubin)], "nvdisasm"), source)
+    return {**record, **stall_lines(samples, offsets, source.read_text()), "lines_reason": None}

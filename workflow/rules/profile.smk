@@ -1,0 +1,45 @@
+# profile: Nsight Compute on each kernel at the case (GPU, and ncu found: see NCU in common.smk).
+
+if PROFILE:
+
+    rule profile_kernel:
+        input:
+            cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
+            record=f"build/{GPU_ARCH}/{{kernel}}.json",
+            check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
+            source=lambda w: KERNELS[w.kernel].source,
+            code=package_modules("profile", "launch", "gpu", "config", "cli"),
+        output:
+            f"results/{GPU_SLUG}/profile/{{kernel}}.json",
+        log:
+            f"logs/{GPU_SLUG}/profile/{{kernel}}.log",
+        params:
+            ncu=NCU,
+            shape=json.dumps(SETTINGS.case.as_dict()),
+        resources:
+            gpu=1,
+        shell:
+            "{PY} -m flashbench profile --ncu {params.ncu:q} --cubin {input.cubin} --record {input.record}"
+            " --check {input.check} --source {input.source} --shape {params.shape:q} --out {output} 2>&1 | tee {log}"
+
+    rule profile:
+        input:
+            run_records("profile", KERNELS),
+
+elif GPU_MODE:
+
+    rule profile:
+        log:
+            "logs/profile-skipped.log",
+        params:
+            note=PROFILE_NOTE,
+        shell:
+            "echo 'profile: {params.note}' | tee {log}"
+
+else:
+
+    rule profile:
+        log:
+            "logs/profile-needs-gpu.log",
+        shell:
+            "{PY} -m flashbench require-gpu 2>&1 | tee {log}"

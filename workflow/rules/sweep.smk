@@ -1,0 +1,59 @@
+# sweep: TFLOPS against the sequence length, every kernel and peer that passed its check (GPU).
+
+if GPU_MODE:
+
+    SWEEP_SETTINGS = dict(
+        shapes=json.dumps([s.as_dict() for s in SETTINGS.sweep_shapes()]),
+        steps=SETTINGS.sweep["steps"],
+        repeats=SETTINGS.sweep["repeats"],
+        warmup=SETTINGS.sweep["warmup"],
+    )
+    SWEEP_ARGS = (
+        "--check {input.check} --shapes {params.shapes:q} --steps {params.steps} --repeats {params.repeats}"
+        " --warmup {params.warmup} --out {output} 2>&1 | tee {log}"
+    )
+
+    rule sweep_kernel:
+        input:
+            cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
+            record=f"build/{GPU_ARCH}/{{kernel}}.json",
+            check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
+            code=package_modules("timing", "launch", "attention", "gpu", "config", "cli"),
+        output:
+            f"results/{GPU_SLUG}/sweep/{{kernel}}.json",
+        log:
+            f"logs/{GPU_SLUG}/sweep/{{kernel}}.log",
+        params:
+            **SWEEP_SETTINGS,
+        resources:
+            gpu=1,
+        shell:
+            "{PY} -m flashbench sweep --cubin {input.cubin} --record {input.record} " + SWEEP_ARGS
+
+    rule sweep_peer:
+        input:
+            check=f"results/{GPU_SLUG}/check/{{peer}}.json",
+            code=package_modules("timing", "peers", "attention", "gpu", "config", "cli"),
+        output:
+            f"results/{GPU_SLUG}/sweep/{{peer}}.json",
+        log:
+            f"logs/{GPU_SLUG}/sweep/{{peer}}.log",
+        params:
+            peer=lambda w: json.dumps(PEERS[w.peer].as_dict()),
+            **SWEEP_SETTINGS,
+        resources:
+            gpu=1,
+        shell:
+            "{PY} -m flashbench sweep --peer {params.peer:q} " + SWEEP_ARGS
+
+    rule sweep:
+        input:
+            run_records("sweep"),
+
+else:
+
+    rule sweep:
+        log:
+            "logs/sweep-needs-gpu.log",
+        shell:
+            "{PY} -m flashbench require-gpu 2>&1 | tee {log}"
