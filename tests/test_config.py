@@ -50,6 +50,7 @@ def test_the_shipped_config_is_valid():
     (lambda c: c.update(baseline="cublas"), r"'baseline': 'cublas' is not one of the peers"),
     (lambda c: c["sweep"].update(S=[512, 1000]), r"'sweep.S\[1\]': 1000 is not a multiple of 128"),
     (lambda c: c.update(ncu=True), r"'ncu': True should not be valid"),
+    (lambda c: c["peers"]["unfused"].update(max_seq_len=512), r"'peers.unfused.max_seq_len': 512 is below the case's"),
     (lambda c: c.update(ncu="false"), r"'ncu': 'false' is a string; write false"),
 ])
 def test_bad_config_names_the_key(edit, message):

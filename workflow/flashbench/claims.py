@@ -116,8 +116,10 @@ def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name:
     return out
 
 
-def conclusions(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name: str) -> list[Judgement]:
+def conclusions(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name: str,
+                profile: pd.DataFrame | None = None) -> list[Judgement]:
     d = _Data(summary, resources, meta, gpu_name)
+    profiled = {r.kernel: r for r in profile.itertuples()} if profile is not None else {}
     out = []
 
     statement = "An architecture-level change (V12) outweighs all of G2's tuning"
@@ -153,9 +155,19 @@ def conclusions(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_
     else:
         up12, up13 = d.ratio(V12, V11), d.ratio(V13, V12)
         holds = 1 < up13 < up12
-        out.append(Judgement(statement, published, HOLDS if holds else DOES_NOT_HOLD,
-                             f"V12 -> V13 {_pct(up13)} after V11 -> V12 {_pct(up12)}; whether cp.async is near its "
-                             f"limit is a profiler question this report does not answer"))
+        text = f"V12 -> V13 {_pct(up13)} after V11 -> V12 {_pct(up12)}"
+        if V12 in profiled and V13 in profiled:
+            a, b = profiled[V12], profiled[V13]
+            largest = max(("barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "wait"),
+                          key=lambda s: getattr(b, f"stall_{s}"))
+            text += (f". Nsight Compute, cycles per issued instruction: the wait on loads (long scoreboard) "
+                     f"{a.stall_long_scoreboard:.2f} -> {b.stall_long_scoreboard:.2f}, the barrier "
+                     f"{a.stall_barrier:.2f} -> {b.stall_barrier:.2f}; V13's largest stall is {largest.replace('_', ' ')}, "
+                     + ("so what V13 leaves is less the copy than the wait of the warps that finished their share"
+                        if largest == "barrier" else "so the loads still dominate"))
+        else:
+            text += "; whether cp.async is near its limit needs the profile, not run here"
+        out.append(Judgement(statement, published, HOLDS if holds else DOES_NOT_HOLD, text))
 
     statement = "58 KB broke the 48 KB static limit; more shared memory must be traded against occupancy"
     published = "V13 58 KB, dynamic with the opt-in, 2 blocks per SM"

@@ -136,6 +136,10 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
                           f"command line")
 
     case = Shape(**config["case"])
+    for peer in peers:
+        if peer.max_seq_len is not None and peer.max_seq_len < case.S:
+            raise ConfigError(f"config key 'peers.{peer.name}.max_seq_len': {peer.max_seq_len} is below the case's "
+                              f"S={case.S}, where every peer is timed")
     extra = list(dict.fromkeys(Shape(**s) for s in config["check"]["shapes"] if Shape(**s) != case))
     if len(extra) < 3:
         raise ConfigError(f"config key 'check.shapes': needs at least 3 shapes other than the case, has {len(extra)}")

@@ -169,7 +169,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "findings": conclusions.findings(checked, resources, meta, gpu_name),
         "claims": claims.claims(checked, resources, meta, gpu_name),
         "profiler_claims": claims.profiler_claims(profile, resources, meta),
-        "conclusions": claims.conclusions(checked, resources, meta, gpu_name),
+        "conclusions": claims.conclusions(checked, resources, meta, gpu_name, profile),
         "top_lines": TOP_LINES,
         "figures": FIGURES,
     }
