@@ -4,6 +4,8 @@ import pytest
 from flashbench import attention
 from flashbench.config import Shape
 
+from conftest import ROOT
+
 CASE = Shape(1, 64, 1024, 128)
 
 
@@ -49,3 +51,13 @@ def test_errors_fail_nan_and_measure_relative_error():
     poisoned[0, 0, 2, 5] = np.nan
     err = attention.errors(poisoned, ref, np)
     assert err["nonfinite"] == 1 and np.isnan(err["rel_error"])
+
+
+def test_the_given_commit_wins_over_what_a_copied_checkouts_git_says(monkeypatch, tmp_path):
+    from flashbench.gpu import git_commit
+
+    monkeypatch.setenv("FLASHBENCH_GIT_COMMIT", "52e5b6c")
+    assert git_commit(ROOT) == "52e5b6c (given by FLASHBENCH_GIT_COMMIT)"
+    monkeypatch.delenv("FLASHBENCH_GIT_COMMIT")
+    assert git_commit(tmp_path).startswith("unknown")  # no git there, nothing given
+    assert len(git_commit(ROOT).split("+")[0]) == 40

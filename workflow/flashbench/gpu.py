@@ -68,7 +68,11 @@ def require() -> GPU:
 
 
 def git_commit(root: Path | str = ".") -> str:
-    """HEAD of the checkout, '+dirty' if it has changes; FLASHBENCH_GIT_COMMIT where git cannot tell."""
+    """The commit the run is made from: FLASHBENCH_GIT_COMMIT where given (a copied checkout's git may
+    know another HEAD, or none), else HEAD of the checkout, '+dirty' if it has changes."""
+    given = os.environ.get("FLASHBENCH_GIT_COMMIT")
+    if given:
+        return f"{given} (given by FLASHBENCH_GIT_COMMIT)"
     try:
         git = ["git", "-c", "safe.directory=*"]  # a copied checkout may belong to another user
         head = subprocess.run([*git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
@@ -76,8 +80,7 @@ def git_commit(root: Path | str = ".") -> str:
                                capture_output=True, text=True, check=True).stdout.strip()
         return head.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        given = os.environ.get("FLASHBENCH_GIT_COMMIT")
-        return f"{given} (given by FLASHBENCH_GIT_COMMIT: git could not read this checkout)" if given else "unknown"
+        return "unknown (no git here: set FLASHBENCH_GIT_COMMIT)"
 
 
 def provenance() -> dict:
