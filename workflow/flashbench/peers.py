@@ -17,7 +17,6 @@ class TorchPeer:
         try:
             import torch
             import torch.nn.functional as F
-            from torch.nn.attention import SDPBackend, sdpa_kernel
         except ImportError:
             raise PeerUnavailable("torch is not installed") from None
         import cupy as cp
@@ -29,17 +28,16 @@ class TorchPeer:
         if peer.backend == "unfused":
             scale = attention.SCALE
             self._attend = lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1)) * scale, dim=-1) @ v
-        elif peer.backend == "auto":
-            self._attend = F.scaled_dot_product_attention
         else:
-            backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-                       "efficient": SDPBackend.EFFICIENT_ATTENTION}[peer.backend]
-
-            def held_to_backend(q, k, v):
-                with sdpa_kernel([backend]):
-                    return F.scaled_dot_product_attention(q, k, v)
-
-            self._attend = held_to_backend
+            # SDPA with automatic dispatch, or held to one backend by torch's process-wide switches,
+            # set once here (one peer per process, as the pipeline runs them): the sdpa_kernel()
+            # context around every call would add its own CPU time to calls timed back to back.
+            switches = {"cudnn": torch.backends.cuda.enable_cudnn_sdp, "flash": torch.backends.cuda.enable_flash_sdp,
+                        "efficient": torch.backends.cuda.enable_mem_efficient_sdp,
+                        "math": torch.backends.cuda.enable_math_sdp}
+            for backend, enable in switches.items():
+                enable(peer.backend in ("auto", backend))
+            self._attend = F.scaled_dot_product_attention
 
     @property
     def identity(self) -> dict:
@@ -65,5 +63,5 @@ class TorchPeer:
         """Attention of q, k, v; returns torch's own output (o is left alone: torch allocates)."""
         try:
             return self._attend(self._tensor(q), self._tensor(k), self._tensor(v))
-        except RuntimeError as e:  # e.g. "No available kernel" for a held backend
+        except RuntimeError as e:  # e.g. "No available kernel" for a backend held to a shape it lacks
             raise FlashbenchError(f"torch could not run {self.name}: {str(e).splitlines()[0]}") from None
