@@ -84,9 +84,9 @@ def profile_record(name: str, registers: int) -> dict:
             "lines_reason": None}
 
 
-def write(tmp, tflops: dict, failing: str | None = None) -> dict:
+def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = None) -> dict:
     """Write check, bench, sweep, profile and compile records for KERNELS and PEERS; `failing` fails
-    its check. Returns the paths by kind."""
+    its check, `skipped` (a peer) is skipped as where torch is missing. Returns the paths by kind."""
     paths = {"checks": [], "benches": [], "sweeps": [], "profiles": [], "compiled": []}
     tflops = {**PEER_TFLOPS, **tflops}
     for k in KERNELS + PEERS:
@@ -95,6 +95,14 @@ def write(tmp, tflops: dict, failing: str | None = None) -> dict:
         shapes = [{**s, "seed": 1, "passed": passed, "rel_error": 3e-4 if passed else 0.5, "max_abs_error": 1e-4,
                    "nonfinite": 0, "reason": None if passed else "relative error 5.000e-01 is not below 0.01"}
                   for s in (CASE, EXTRA)]
+        if name == skipped:
+            check = {"kernel": name, "tolerance": 0.01, "passed": False, "skipped": "torch is not installed",
+                     "reason": "skipped: torch is not installed", "shapes": []}
+            not_timed = {"kernel": name, "timed": False, "reason": "skipped: torch is not installed"}
+            for kind, record in (("checks", check), ("benches", not_timed), ("sweeps", not_timed)):
+                write_json(tmp / kind / f"{name}.json", record)
+                paths[kind].append(tmp / kind / f"{name}.json")
+            continue
         check = {"kernel": name, "tolerance": 0.01, "passed": passed,
                  "reason": None if passed else "B=1 H=64 S=1024: relative error 5.000e-01 is not below 0.01",
                  "shapes": shapes,

@@ -14,8 +14,8 @@ from conftest import ROOT
 TEMPLATE = ROOT / "workflow" / "templates" / "report.md.j2"
 
 
-def results_folder(tmp_path, tflops, failing=None):
-    paths = records.write(tmp_path, tflops, failing)
+def results_folder(tmp_path, tflops, failing=None, skipped=None):
+    paths = records.write(tmp_path, tflops, failing, skipped)
     summary, resources, profile, meta = summarize(records.KERNELS + records.PEERS, paths["checks"], paths["benches"],
                                                   paths["compiled"], "sm_90", records.CASE, paths["sweeps"],
                                                   paths["profiles"], records.SETTINGS)
@@ -208,3 +208,12 @@ def test_without_a_profile_the_readings_are_not_measured_and_the_report_says_why
     text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
     assert "Not profiled in this run: skipped: ncu was not found on this machine." in text
     assert text.count("**not measured**") == 3
+
+
+def test_peers_skipped_without_torch_are_said_so_and_leave_no_baseline(tmp_path):
+    out = results_folder(tmp_path, records.LIKE_THE_WRITEUP, skipped="sdpa_auto")
+    text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    assert "**sdpa_auto skipped: torch is not installed.**" in text
+    assert "| sdpa_auto (peer) | torch SDPA | skipped |" in text
+    assert "| of baseline |" in text and "of sdpa_auto" not in text  # no fraction of a baseline not measured
+    assert "| unfused (peer) | unfused PyTorch | **120.0** |" in text
