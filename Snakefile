@@ -32,7 +32,7 @@ else:
             compile_records(),
             archived_results(),
             template=REPORT_TEMPLATE,
-            code=package_modules("report", "conclusions", "claims", "occupancy", "cli"),
+            code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "cli"),
         log:
             "logs/rerender-archive.log",
         shell:

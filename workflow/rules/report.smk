@@ -43,7 +43,7 @@ rule render_report:
         profile="results/{gpu}/profile.csv",
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
-        code=package_modules("report", "conclusions", "claims", "occupancy", "cli"),
+        code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "cli"),
     output:
         report="reports/{gpu}/report.md",
         figures=report_figures("{gpu}"),
