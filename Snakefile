@@ -2,9 +2,9 @@
 # regenerated on the GPU at hand:  snakemake  (the same as  snakemake report).
 #
 # Named targets: report (default), compile, check, bench, sweep, profile, and ablation_<name> for each ablation in
-# config.yaml (ablation_br128, ablation_hybrid_smem): that ablation alone is compiled, checked and
-# timed where out of date (-R results/<gpu>/bench/<name>.json times it again regardless), and the
-# report is refreshed; no other kernel's job runs.
+# config.yaml (ablation_br128, ablation_hybrid_smem): that ablation is compiled, checked, timed, swept
+# and profiled where out of date (-R results/<gpu>/bench/<name>.json times it again regardless), and
+# the report refreshed; other kernels' jobs run only where they are out of date too.
 # With a GPU: compile -> check -> bench, sweep, profile (where ncu is found) -> summarize ->
 # render_report, kernels and PyTorch peers alike, archived under results/<gpu>/ and
 # reports/<gpu>/. Without one: compile, then re-render every archived report.

@@ -60,4 +60,5 @@ def test_the_given_commit_wins_over_what_a_copied_checkouts_git_says(monkeypatch
     assert git_commit(ROOT) == "52e5b6c (given by FLASHBENCH_GIT_COMMIT)"
     monkeypatch.delenv("FLASHBENCH_GIT_COMMIT")
     assert git_commit(tmp_path).startswith("unknown")  # no git there, nothing given
-    assert len(git_commit(ROOT).split("+")[0]) == 40
+    if (ROOT / ".git").exists():
+        assert len(git_commit(ROOT).split("+")[0]) == 40

@@ -128,6 +128,7 @@ def test_the_h200_run_is_archived():
 
 def judged(tmp_path, tflops, failing=None):
     summary, resources, _, meta = report.load(results_folder(tmp_path, tflops, failing))
+    summary = summary[summary.series == "check"]  # what the report judges on, as report.context does
     return ({j.statement: j for j in claims.claims(summary, resources, meta, "NVIDIA H200")},
             {j.statement: j for j in claims.conclusions(summary, resources, meta, "NVIDIA H200")})
 
@@ -192,6 +193,10 @@ def test_the_chapters_profiler_readings_get_verdicts(tmp_path):
 
     assert profiler_verdicts(tmp_path / "b", lsu_pipe_pct=("v12", 60.0))[
         "LSU utilisation falls from V11 to V12"].verdict == "not reproduced"
+    assert profiler_verdicts(tmp_path / "d", softmax_share=("v12", 0.5))[
+        "The softmax leaves the stall list from V11 to V12"].verdict == "reproduced"  # the top lines decide
+    assert profiler_verdicts(tmp_path / "e", lsu_pipe_pct=("v12", float("nan")))[
+        "LSU utilisation falls from V11 to V12"].verdict == "not measured"
     assert profiler_verdicts(tmp_path / "c", registers=("v13", 136))[
         "V13 runs at about 124 registers per thread, under the 128 that two blocks per SM allow, without spilling"
     ].verdict == "not reproduced"
@@ -217,3 +222,32 @@ def test_peers_skipped_without_torch_are_said_so_and_leave_no_baseline(tmp_path)
     assert "| sdpa_auto (peer) | torch SDPA | skipped |" in text
     assert "| of baseline |" in text and "of sdpa_auto" not in text  # no fraction of a baseline not measured
     assert "| unfused (peer) | unfused PyTorch | **120.0** |" in text
+
+
+def test_the_softmax_reading_fails_when_v12_still_stalls_in_its_softmax(tmp_path):
+    out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
+    summary, resources, profile, meta = report.load(out)
+    v12 = next(k for k in meta["kernels"] if k["name"] == "v12")
+    v12["profile"]["top_lines"][3]["softmax"] = True
+    judged = {j.statement.split(" (")[0]: j for j in claims.profiler_claims(profile, resources, meta)}
+    softmax = judged["The softmax leaves the stall list from V11 to V12"]
+    assert softmax.verdict == "not reproduced" and "v12: 1 of its top 5 stall lines in the softmax (lines 153)" in softmax.evidence
+
+
+def test_the_shared_memory_conclusion_fails_without_the_trade(tmp_path):
+    out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
+    summary, resources, profile, meta = report.load(out)
+    summary = summary[summary.series == "check"]
+    hybrid = resources.kernel == "hybrid_smem"
+    resources.loc[hybrid, "smem_bytes"] = resources.loc[resources.kernel == "v13", "smem_bytes"].iloc[0]
+    smem = claims.conclusions(summary, resources, meta, "NVIDIA H200")[3]
+    assert smem.statement.startswith("58 KB") and smem.verdict == "does not hold"
+
+
+def test_a_subset_of_the_chapter_leaves_the_rest_unmeasured(tmp_path):
+    out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
+    summary, resources, profile, meta = report.load(out)
+    meta["kernels"] = [k for k in meta["kernels"] if k["name"] in ("v11", "v12")]
+    summary = summary[summary.kernel.isin(["v11", "v12"])]
+    said = claims.claims(summary[summary.series == "check"], resources, meta, "NVIDIA H200")
+    assert [j.verdict for j in said] == ["not measured"] * 4

@@ -36,13 +36,12 @@ def _pct(ratio: float) -> str:
 
 
 class _Data:
-    def __init__(self, summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name: str):
+    def __init__(self, summary: pd.DataFrame, resources: pd.DataFrame, meta: dict):
         case = summary[summary.is_case]
         self.tflops = {r.kernel: r.tflops for r in case.itertuples() if r.passed and pd.notna(r.tflops)}
         self.published = {k["name"]: k.get("published_tflops") for k in meta["kernels"]}
         self.arch = meta["gpu_arch"]
         self.res = {r.kernel: r for r in resources[resources.arch == self.arch].itertuples()}
-        self.gpu = gpu_name
 
     def missing(self, *names: str) -> str | None:
         gone = [n for n in names if n not in self.tflops]
@@ -68,7 +67,7 @@ class _Data:
 
 
 def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name: str) -> list[Judgement]:
-    d = _Data(summary, resources, meta, gpu_name)
+    d = _Data(summary, resources, meta)
     out = []
 
     statement = "V12 (fragment reshape) is the biggest single step"
@@ -81,7 +80,7 @@ def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name:
                              f"V11 -> V12 {_pct(up12)}, V12 -> V13 {_pct(up13)}"))
 
     statement = "V13 (warp specialisation) is at or above V12"
-    published = f"{d.published[V13]} vs {d.published[V12]} ({d.published_ratio(V13, V12)})"
+    published = f"{d.published.get(V13)} vs {d.published.get(V12)} ({d.published_ratio(V13, V12)})"
     if gone := d.missing(V12, V13):
         out.append(Judgement(statement, published, NOT_MEASURED, gone))
     else:
@@ -90,7 +89,7 @@ def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name:
                              f"{d.tflops[V13]:.1f} vs {d.tflops[V12]:.1f} TFLOPS ({_pct(up)})"))
 
     statement = "Br = 128 is a regression, caused by register spills"
-    published = f"{d.published[BR128]} vs V13 {d.published[V13]} ({d.published_ratio(BR128, V13)}), spilling"
+    published = f"{d.published.get(BR128)} vs V13 {d.published.get(V13)} ({d.published_ratio(BR128, V13)}), spilling"
     if gone := d.missing(V13, BR128):
         out.append(Judgement(statement, published, NOT_MEASURED, gone))
     else:
@@ -102,7 +101,7 @@ def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name:
                              f"{d.arch}: {d.spill_text(BR128)}; {d.spill_text(V13)}"))
 
     statement = "The hybrid (Br = 128, part of the state in shared memory) removes the spill and is level with V13, no gain"
-    published = f"{d.published[HYBRID]} vs V13 {d.published[V13]} ({d.published_ratio(HYBRID, V13)})"
+    published = f"{d.published.get(HYBRID)} vs V13 {d.published.get(V13)} ({d.published_ratio(HYBRID, V13)})"
     if gone := d.missing(V13, HYBRID):
         out.append(Judgement(statement, published, NOT_MEASURED, gone))
     else:
@@ -118,7 +117,7 @@ def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name:
 
 def conclusions(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name: str,
                 profile: pd.DataFrame | None = None) -> list[Judgement]:
-    d = _Data(summary, resources, meta, gpu_name)
+    d = _Data(summary, resources, meta)
     profiled = {r.kernel: r for r in profile.itertuples()} if profile is not None else {}
     out = []
 
@@ -133,8 +132,8 @@ def conclusions(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_
                              f"G2 (V6-V10 are not rebuilt here)"))
 
     statement = "Br has a sweet spot at 64: Br = 32 reuses K and V too little, Br = 128 spills"
-    published = (f"Br 32 (V11) {d.published[V11]}, Br 64 (V13) {d.published[V13]}, Br 128 {d.published[BR128]} "
-                 f"(spilling), {d.published[HYBRID]} (hybrid)")
+    published = (f"Br 32 (V11) {d.published.get(V11)}, Br 64 (V13) {d.published.get(V13)}, Br 128 {d.published.get(BR128)} "
+                 f"(spilling), {d.published.get(HYBRID)} (hybrid)")
     if gone := d.missing(V11, V13, BR128, HYBRID):
         out.append(Judgement(statement, published, NOT_MEASURED, gone))
     else:
@@ -190,16 +189,24 @@ def conclusions(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_
 def profiler_claims(profile: pd.DataFrame, resources: pd.DataFrame, meta: dict) -> list[Judgement]:
     """The chapter's Nsight Compute readings, against this GPU's (results/<gpu>/profile.csv)."""
     rows = {r.kernel: r for r in profile.itertuples()}
+
+    def unmeasured(*names: str) -> str | None:
+        """Why a reading of these kernels is missing (not profiled, or ncu gave no value), or None."""
+        gone = [n for n in names if n not in rows]
+        if gone:
+            return f"{', '.join(gone)}: {meta.get('profile_note') or 'not profiled in this run'}"
+        return None
     lines = {k["name"]: (k.get("profile") or {}).get("top_lines") for k in meta["kernels"]}
     arch = meta["gpu_arch"]
     spills = {r.kernel: int(r.spill_store_bytes + r.spill_load_bytes) for r in resources[resources.arch == arch].itertuples()}
-    why_not = meta.get("profile_note") or "not profiled in this run"
     out = []
 
     statement = "LSU utilisation falls from V11 to V12"
     published = "89% -> 63%"
-    if V11 not in rows or V12 not in rows:
-        out.append(Judgement(statement, published, NOT_MEASURED, why_not))
+    if gone := unmeasured(V11, V12):
+        out.append(Judgement(statement, published, NOT_MEASURED, gone))
+    elif pd.isna(rows[V11].lsu_pipe_pct) or pd.isna(rows[V12].lsu_pipe_pct):
+        out.append(Judgement(statement, published, NOT_MEASURED, "ncu gave no LSU reading"))
     else:
         a, b = rows[V11].lsu_pipe_pct, rows[V12].lsu_pipe_pct
         out.append(Judgement(statement, published, REPRODUCED if b < a else NOT_REPRODUCED,
@@ -207,9 +214,10 @@ def profiler_claims(profile: pd.DataFrame, resources: pd.DataFrame, meta: dict) 
 
     statement = f"The softmax leaves the stall list from V11 to V12 (ncu's top {TOP_LINES} stall lines)"
     published = "softmax among V11's top stalls, gone in V12"
-    if not lines.get(V11) or not lines.get(V12):
-        out.append(Judgement(statement, published, NOT_MEASURED,
-                             why_not if V11 not in rows else "stall samples not attributed to source lines"))
+    if gone := unmeasured(V11, V12):
+        out.append(Judgement(statement, published, NOT_MEASURED, gone))
+    elif not lines.get(V11) or not lines.get(V12):
+        out.append(Judgement(statement, published, NOT_MEASURED, "stall samples not attributed to source lines"))
     else:
         def describe(name: str) -> str:
             hits = [line["line"] for line in lines[name] if line["softmax"]]
@@ -223,8 +231,10 @@ def profiler_claims(profile: pd.DataFrame, resources: pd.DataFrame, meta: dict) 
 
     statement = "V13 runs at about 124 registers per thread, under the 128 that two blocks per SM allow, without spilling"
     published = "124 registers"
-    if V13 not in rows:
-        out.append(Judgement(statement, published, NOT_MEASURED, why_not))
+    if gone := unmeasured(V13):
+        out.append(Judgement(statement, published, NOT_MEASURED, gone))
+    elif pd.isna(rows[V13].registers):
+        out.append(Judgement(statement, published, NOT_MEASURED, "ncu gave no register count"))
     else:
         registers = int(rows[V13].registers)
         fits = registers <= 128 and spills.get(V13, 0) == 0

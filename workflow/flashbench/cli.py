@@ -144,8 +144,8 @@ def cmd_profile(a) -> None:
     write_json(a.out, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
                        "cubin_sha256": record["cubin_sha256"], **readings, "provenance": gpu.provenance()})
     m = readings["metrics"]
-    print(f"{record['kernel']}: {m['duration_us']:.1f} us, LSU {m['lsu_pipe_pct']:.1f}%, "
-          f"{m['registers']:.0f} registers, occupancy {m['achieved_occupancy_pct']:.1f}%")
+    print(f"{record['kernel']}: " + ", ".join(f"{key} {m[key]}" for key in ("duration_us", "lsu_pipe_pct", "registers",
+                                                                          "achieved_occupancy_pct")))
 
 
 def cmd_summarize(a) -> None:

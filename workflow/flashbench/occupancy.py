@@ -50,14 +50,11 @@ def blocks_per_sm(arch: str, threads: int, registers: int, smem_bytes: int) -> d
     lim = _limits(arch)
     warps = -(-threads // 32)
     regs_per_warp = _round_up(max(registers, 1) * 32, lim.register_unit)
-    if smem_bytes > lim.smem_per_block_max:
-        by = {"shared memory": 0}
-    else:
-        by = {
-            "registers": lim.registers // (regs_per_warp * warps),
-            "shared memory": blocks_by_shared_memory(arch, smem_bytes),
-            "threads": lim.max_threads // threads,
-            "blocks": lim.max_blocks,
-        }
+    by = {
+        "registers": lim.registers // (regs_per_warp * warps),
+        "shared memory": blocks_by_shared_memory(arch, smem_bytes),
+        "threads": lim.max_threads // threads,
+        "blocks": lim.max_blocks,
+    }
     blocks = min(by.values())
     return {"blocks_per_sm": blocks, "limited_by": [k for k, v in by.items() if v == blocks]}

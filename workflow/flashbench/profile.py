@@ -69,12 +69,17 @@ def parse_raw(text: str) -> dict:
     return {n: (_number(v), u) for n, u, v in zip(names, units, values)}
 
 
+TIME_UNITS_IN_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+
+
 def metrics_of(raw: dict) -> dict:
     out = {}
     for name, metric in METRICS.items():
         value, unit = raw.get(metric, (None, ""))
         if value is not None and name == "duration_us":
-            value *= {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}.get(unit, 1e-3)
+            if unit not in TIME_UNITS_IN_US:
+                raise FlashbenchError(f"ncu gave the duration in {unit!r}, a unit this parser does not know")
+            value *= TIME_UNITS_IN_US[unit]
         out[name] = value
     out["stalls"] = {s: raw.get(STALL_METRIC.format(s), (None, ""))[0] for s in STALLS}
     return out
@@ -86,8 +91,11 @@ def parse_sass_samples(text: str) -> list[tuple[int, int]]:
     start = next((i for i, r in enumerate(rows) if r[:1] == ["Address"]), None)
     if start is None:
         raise FlashbenchError("ncu's source page has no SASS table (was -lineinfo / SourceCounters collected?)")
-    column = rows[start].index("Warp Stall Sampling (All Samples)")
-    body = [r for r in rows[start + 1 :] if r and r[0].startswith("0x")]
+    header = rows[start]
+    if "Warp Stall Sampling (All Samples)" not in header:
+        raise FlashbenchError("ncu's source page has no stall sampling column (was SourceCounters collected?)")
+    column = header.index("Warp Stall Sampling (All Samples)")
+    body = [r for r in rows[start + 1 :] if len(r) > column and r[0].startswith("0x")]
     base = int(body[0][0], 16) if body else 0
     return [(int(r[0], 16) - base, int(_number(r[column]) or 0)) for r in body]
 
@@ -102,8 +110,8 @@ def line_map(disassembly: str, source: Path) -> dict[int, int]:
     offsets, line = {}, None
     for text in disassembly.splitlines():
         if m := _ANNOTATION.search(text):
-            if not m["inlined"] and Path(m["file"]).name == source.name:
-                line = int(m["line"])
+            if not m["inlined"]:  # the outermost frame: a line of `source`, or code from elsewhere
+                line = int(m["line"]) if Path(m["file"]).name == source.name else None
         elif (m := _INSTRUCTION.match(text)) and line is not None:
             offsets[int(m["offset"], 16)] = line
     return offsets
@@ -154,13 +162,16 @@ def profile(ncu: str, cubin: Path, record: Path, source: Path, shape: Shape, pro
         progress(f"profile {cubin.stem}: ncu at {shape} (several replays of one launch)")
         _run(command(ncu, report, cubin, record, shape), "ncu")
         rep = f"{report}.ncu-rep"
-        raw = parse_raw(_run([ncu, "--import", rep, "--page", "raw", "--csv"], "ncu --page raw"))
+        raw = parse_raw(_run([ncu, "--import", rep, "--page", "raw", "--csv", "--print-units", "base"], "ncu --page raw"))
         samples = parse_sass_samples(_run([ncu, "--import", rep, "--page", "source", "--print-source", "sass",
                                            "--csv"], "ncu --page source"))
-    record = {"metrics": metrics_of(raw), "ncu": _run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]}
+    readings = {"metrics": metrics_of(raw), "ncu": _run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]}
+    unattributed = {"stall_samples": None, "softmax_share": None, "top_lines": None}
     nvdisasm = shutil.which("nvdisasm")
     if nvdisasm is None:
-        return {**record, "stall_samples": None, "softmax_share": None, "top_lines": None,
-                "lines_reason": "nvdisasm not found: stalls not attributed to source lines"}
-    offsets = line_map(_run([nvdisasm, "-gi", "-c", str(cubin)], "nvdisasm"), source)
-    return {**record, **stall_lines(samples, offsets, source.read_text()), "lines_reason": None}
+        return {**readings, **unattributed, "lines_reason": "nvdisasm not found: stalls not attributed to source lines"}
+    try:
+        offsets = line_map(_run([nvdisasm, "-gi", "-c", str(cubin)], "nvdisasm"), source)
+    except FlashbenchError as e:  # the metrics stand without the line table
+        return {**readings, **unattributed, "lines_reason": f"stalls not attributed to source lines: {e}"}
+    return {**readings, **stall_lines(samples, offsets, source.read_text()), "lines_reason": None}

@@ -9,9 +9,9 @@ import pandas as pd
 from . import FlashbenchError, claims, conclusions
 from .files import read_json, write_text
 from .profile import TOP_LINES
+from .summary import TIMED
 
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
-TIMED = ("tflops", "tflops_median", "tflops_min", "tflops_max", "ms_per_step", "gib_per_s")
 
 
 def load(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
@@ -127,6 +127,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     step = {s["kernel"]: s for s in conclusions.steps(case, kernels)}
     timed_case = {r.kernel: r.tflops for r in case.itertuples() if pd.notna(r.tflops)}
     baseline = meta.get("baseline")
+    published = {k["name"]: k.get("published_tflops") for k in kernels}
     rows = []
     for k in kernels:
         r = case[case.kernel == k["name"]]
@@ -154,6 +155,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "nvcc": sorted(resources.nvcc.unique()),
         "rows": rows,
         "baseline": baseline if baseline in timed_case else None,
+        "baseline_published": published.get(baseline),
+        "longest_checked": int(checked.S.max()) if len(checked) else None,
         "timing": next((k["timing"] for k in kernels if k.get("timing")), None),
         "l2_bytes": l2,
         "input_bytes": inputs,

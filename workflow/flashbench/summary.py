@@ -130,7 +130,6 @@ def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile
                      "timed": checks[k["name"]]["passed"] and benches.get(k["name"], {}).get("timed", False),
                      "not_timed_reason": benches.get(k["name"], {}).get("reason"),
                      "timing": benches.get(k["name"], {}).get("timing"),
-                     "not_swept_reason": sweeps.get(k["name"], {}).get("reason"),
                      "profile": ({f: profiles[k["name"]].get(f) for f in ("profiled", "reason", "top_lines", "softmax_share",
                                                                           "stall_samples", "lines_reason", "ncu")}
                                  if k["name"] in profiles else None),

@@ -7,7 +7,7 @@ if GPU_MODE:
             cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
-            code=package_modules("timing", "launch", "attention", "gpu", "config", "cli"),
+            code=package_modules("timing", "launch", "peers", "gpu", "cli"),
         output:
             f"results/{GPU_SLUG}/bench/{{kernel}}.json",
         log:
@@ -27,7 +27,7 @@ if GPU_MODE:
     rule bench_peer:
         input:
             check=f"results/{GPU_SLUG}/check/{{peer}}.json",
-            code=package_modules("timing", "peers", "attention", "gpu", "config", "cli"),
+            code=package_modules("timing", "launch", "peers", "gpu", "cli"),
         output:
             f"results/{GPU_SLUG}/bench/{{peer}}.json",
         log:

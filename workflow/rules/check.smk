@@ -6,7 +6,7 @@ if GPU_MODE:
         input:
             cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
-            code=package_modules("check", "launch", "attention", "gpu", "config", "cli"),
+            code=package_modules("check", "launch", "peers", "gpu", "cli"),
         output:
             f"results/{GPU_SLUG}/check/{{kernel}}.json",
         log:
@@ -22,7 +22,7 @@ if GPU_MODE:
 
     rule check_peer:
         input:
-            code=package_modules("check", "peers", "attention", "gpu", "config", "cli"),
+            code=package_modules("check", "launch", "peers", "gpu", "cli"),
         output:
             f"results/{GPU_SLUG}/check/{{peer}}.json",
         log:

@@ -1,5 +1,6 @@
 # Configuration, GPU detection and path helpers shared by every stage.
 import json
+import re
 import shlex
 import shutil
 import sys
@@ -65,8 +66,21 @@ wildcard_constraints:
 
 
 def package_modules(*names):
-    """The package modules a stage runs: editing one reruns exactly the jobs that use it."""
-    return [str(PACKAGE / f"{n}.py") for n in ("__init__", "files") + names]
+    """The package modules a stage runs, with every module they import from the package: editing one
+    reruns exactly the jobs that use it. cli's own imports inside its commands are not followed
+    (each stage names the modules of its command), its module-level ones are."""
+    todo, seen = ["__init__", "files", *names], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        text = (PACKAGE / f"{name}.py").read_text()
+        indent = "" if name == "cli" else r"[ \t]*"
+        todo += re.findall(rf"^{indent}from \.(\w+) import", text, re.M)
+        for group in re.findall(rf"^{indent}from \. import ([\w, ]+)", text, re.M):
+            todo += [m.strip() for m in group.split(",") if (PACKAGE / f"{m.strip()}.py").exists()]
+    return sorted(str(PACKAGE / f"{n}.py") for n in seen)
 
 
 def compile_records():
@@ -77,8 +91,9 @@ ABLATIONS = [name for name, k in KERNELS.items() if k.kind == "ablation"]
 
 
 def ablation_outputs(name):
-    """What `snakemake ablation_<name>` brings up to date: that kernel's builds, check and timing, then
-    the report. No other kernel's job runs, even one whose source changed too."""
+    """What `snakemake ablation_<name>` brings up to date: that kernel's builds, check, timing, sweep
+    and profile, then the report. Other kernels' jobs run only where the report needs them redone
+    (their source changed too)."""
     return (
         expand("build/{arch}/{kernel}.{ext}", arch=ARCHS, kernel=name, ext=("cubin", "json"))
         + [f"results/{GPU_SLUG}/check/{name}.json", f"results/{GPU_SLUG}/bench/{name}.json"]

@@ -1,6 +1,6 @@
 # sweep: TFLOPS against the sequence length, every kernel and peer that passed its check (GPU).
 
-if GPU_MODE:
+if GPU_MODE and SETTINGS.sweep:
 
     SWEEP_SETTINGS = dict(
         shapes=json.dumps([s.as_dict() for s in SETTINGS.sweep_shapes()]),
@@ -18,7 +18,7 @@ if GPU_MODE:
             cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
-            code=package_modules("timing", "launch", "attention", "gpu", "config", "cli"),
+            code=package_modules("timing", "launch", "peers", "gpu", "cli"),
         output:
             f"results/{GPU_SLUG}/sweep/{{kernel}}.json",
         log:
@@ -33,7 +33,7 @@ if GPU_MODE:
     rule sweep_peer:
         input:
             check=f"results/{GPU_SLUG}/check/{{peer}}.json",
-            code=package_modules("timing", "peers", "attention", "gpu", "config", "cli"),
+            code=package_modules("timing", "launch", "peers", "gpu", "cli"),
         output:
             f"results/{GPU_SLUG}/sweep/{{peer}}.json",
         log:
@@ -49,6 +49,14 @@ if GPU_MODE:
     rule sweep:
         input:
             run_records("sweep"),
+
+elif GPU_MODE:
+
+    rule sweep:
+        log:
+            "logs/sweep-not-configured.log",
+        shell:
+            "echo 'sweep: no sweep in config.yaml' | tee {log}"
 
 else:
 
