@@ -160,3 +160,15 @@ def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: no NVIDIA GPU found")
     assert "Traceback" not in proc.stderr and not (tmp_path / "o.json").exists()
+
+
+def test_without_a_sweep_in_config_the_rest_still_runs(checkout):
+    import yaml
+
+    config = yaml.safe_load((checkout / "config.yaml").read_text())
+    del config["sweep"]
+    (checkout / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(checkout, "-n", *H200)
+    assert proc.returncode == 0, proc.stderr
+    counts = job_counts(proc.stdout)
+    assert "sweep_kernel" not in counts and "sweep_peer" not in counts and counts["summarize"] == 1
