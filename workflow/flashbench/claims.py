@@ -35,6 +35,11 @@ def _pct(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.1f}%"
 
 
+def _spilled(resource) -> int:
+    """Bytes a kernel spills, stores and loads, by its row of resources.csv."""
+    return int(resource.spill_store_bytes + resource.spill_load_bytes)
+
+
 class _Data:
     def __init__(self, summary: pd.DataFrame, resources: pd.DataFrame, meta: dict):
         case = summary[summary.is_case]
@@ -55,8 +60,7 @@ class _Data:
         return _pct(a / b) if a and b else "n/a"
 
     def spill(self, name: str) -> int:
-        r = self.res[name]
-        return int(r.spill_store_bytes + r.spill_load_bytes)
+        return _spilled(self.res[name])
 
     def spill_text(self, name: str) -> str:
         r = self.res[name]
@@ -196,9 +200,10 @@ def profiler_claims(profile: pd.DataFrame, resources: pd.DataFrame, meta: dict) 
         if gone:
             return f"{', '.join(gone)}: {meta.get('profile_note') or 'not profiled in this run'}"
         return None
+
     lines = {k["name"]: (k.get("profile") or {}).get("top_lines") for k in meta["kernels"]}
     arch = meta["gpu_arch"]
-    spills = {r.kernel: int(r.spill_store_bytes + r.spill_load_bytes) for r in resources[resources.arch == arch].itertuples()}
+    spills = {r.kernel: _spilled(r) for r in resources[resources.arch == arch].itertuples()}
     out = []
 
     statement = "LSU utilisation falls from V11 to V12"

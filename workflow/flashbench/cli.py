@@ -69,13 +69,14 @@ def cmd_check(a) -> None:
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
 
 
-def _not_timed(check: dict, out) -> bool:
-    """A kernel or peer that failed (or skipped) its check is never timed: say so in its record."""
+def _refused(check: dict, out, done: str = "timed") -> bool:
+    """A kernel or peer that failed (or skipped) its check is never timed nor profiled: say so in its
+    record (`done`: timed | profiled)."""
     if check["passed"]:
         return False
     reason = check["reason"] if check.get("skipped") else f"failed its check: {check['reason']}"
-    write_json(out, {"kernel": check["kernel"], "timed": False, "reason": reason})
-    print(f"{check['kernel']}: not timed, {reason}")
+    write_json(out, {"kernel": check["kernel"], done: False, "reason": reason})
+    print(f"{check['kernel']}: not {done}, {reason}")
     return True
 
 
@@ -85,7 +86,7 @@ def cmd_bench(a) -> None:
     from . import gpu
     from .timing import bench
 
-    if _not_timed(read_json(a.check), a.out):
+    if _refused(read_json(a.check), a.out):
         return
     kernel = _kernel(a)
     shape = Shape(**json.loads(a.shape))
@@ -103,7 +104,7 @@ def cmd_sweep(a) -> None:
     from . import gpu
     from .timing import sweep
 
-    if _not_timed(read_json(a.check), a.out):
+    if _refused(read_json(a.check), a.out):
         return
     kernel = _kernel(a)
     shapes = [Shape(**s) for s in json.loads(a.shapes)]
@@ -128,9 +129,7 @@ def cmd_profile(a) -> None:
     from .profile import profile
 
     check = read_json(a.check)
-    if not check["passed"]:
-        write_json(a.out, {"kernel": check["kernel"], "profiled": False, "reason": f"failed its check: {check['reason']}"})
-        print(f"{check['kernel']}: not profiled, it failed its check")
+    if _refused(check, a.out, "profiled"):
         return
     gpu.require()
     shape = Shape(**json.loads(a.shape))

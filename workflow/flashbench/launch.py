@@ -5,8 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import FlashbenchError
-from . import attention
+from . import FlashbenchError, attention
 from .attention import LOG2E, SCALE
 from .compile import ENTRY
 from .config import Shape

@@ -173,6 +173,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "claims": claims.claims(checked, resources, meta, gpu_name),
         "profiler_claims": claims.profiler_claims(profile, resources, meta),
         "conclusions": claims.conclusions(checked, resources, meta, gpu_name, profile),
+        "order": order,
         "top_lines": TOP_LINES,
         "figures": FIGURES,
     }
@@ -186,7 +187,7 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     text = env.get_template(Path(template).name).render(**ctx)
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    order = [k["name"] for k in meta["kernels"]]
+    order = ctx["order"]
     tflops_figure(ctx["rows"], ctx["gpu_name"], meta["case"], report_dir / FIGURES["tflops"])
     sweep_figure(summary[summary.series == "sweep"], order, ctx["gpu_name"], meta["case"], report_dir / FIGURES["sweep"])
     stalls_figure(profile, order, report_dir / FIGURES["stalls"])

@@ -8,7 +8,7 @@ if PROFILE:
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
             source=lambda w: KERNELS[w.kernel].source,
-            code=package_modules("profile", "launch", "gpu", "config", "cli"),
+            code=package_modules("profile", "launch", "gpu", "cli"),
         output:
             f"results/{GPU_SLUG}/profile/{{kernel}}.json",
         log:
