@@ -132,6 +132,14 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// ---- launch guard ------------------------------------------------------------------------------
+// The grid must cover S exactly: whole row tiles (gridDim.x * block_rows == S) and whole key
+// tiles. A launch that does not (a partial grid would be timed and credited with the full FLOPs)
+// traps, so the launch fails loudly rather than leave rows unwritten or keys unread.
+__device__ __forceinline__ void require_grid_covers(int seq_len, int block_rows, int block_cols) {
+  if (int(gridDim.x) * block_rows != seq_len || seq_len % block_cols != 0) __trap();
+}
+
 }  // namespace flash
 
 // ---- launch contract -------------------------------------------------------------------------

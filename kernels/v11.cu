@@ -215,4 +215,5 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     *reinterpret_cast<uint32_t*>(o + (pv_rows + g + 8) * kD + column) =
         pack_half2(o_acc[nt][2] * inv_hi, o_acc[nt][3] * inv_hi);
   }
+  require_grid_covers(seq_len, kBr, kBc);  // last: placed first, it cost V12 32 registers (160)
 }

@@ -264,4 +264,6 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       *reinterpret_cast<uint32_t*>(o + row_hi * kD + column) = pack_half2(o_acc[mt][nt][2] * inv_hi, o_acc[mt][nt][3] * inv_hi);
     }
   }
+  require_grid_covers(seq_len, kBr, kBc);  // last: placed first, it cost V12 32 registers (160)
+  if (smem_addr(smem_bytes) % 1024 != 0) __trap();  // the swizzled tiles need a 1024-aligned base
 }

@@ -53,12 +53,17 @@ def test_errors_fail_nan_and_measure_relative_error():
     assert err["nonfinite"] == 1 and np.isnan(err["rel_error"])
 
 
-def test_the_given_commit_wins_over_what_a_copied_checkouts_git_says(monkeypatch, tmp_path):
-    from flashbench.gpu import git_commit
+def test_gits_own_commit_wins_and_a_differing_given_one_is_recorded_beside_it(monkeypatch, tmp_path):
+    from flashbench.gpu import _git_head, git_commit
 
+    head = _git_head(ROOT)
+    if head is None:
+        pytest.skip("this checkout has no working git")
     monkeypatch.setenv("FLASHBENCH_GIT_COMMIT", "52e5b6c")
-    assert git_commit(ROOT) == "52e5b6c (given by FLASHBENCH_GIT_COMMIT)"
+    assert git_commit(ROOT) == {"git_commit": head, "given_commit": "52e5b6c"}
+    monkeypatch.setenv("FLASHBENCH_GIT_COMMIT", head[:12])  # the same commit, given: nothing beside it
+    assert git_commit(ROOT) == {"git_commit": head}
+    assert git_commit(tmp_path) == {"git_commit": f"{head[:12]} (given: no git here)"}  # no git there: the given one
     monkeypatch.delenv("FLASHBENCH_GIT_COMMIT")
-    assert git_commit(tmp_path).startswith("unknown")  # no git there, nothing given
-    if (ROOT / ".git").exists():
-        assert len(git_commit(ROOT).split("+")[0]) == 40
+    assert git_commit(tmp_path)["git_commit"].startswith("unknown")
+    assert len(git_commit(ROOT)["git_commit"].split("+")[0]) == 40

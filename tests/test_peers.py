@@ -5,7 +5,7 @@ import json
 import pytest
 
 from flashbench import gpu
-from flashbench.check import check_kernel
+from flashbench.check import Gate, check_kernel
 from flashbench.cli import main
 from flashbench.config import Shape
 
@@ -14,15 +14,15 @@ HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 @pytest.mark.skipif(HAVE_TORCH, reason="torch is installed here")
 def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, monkeypatch):
-    monkeypatch.setattr(gpu, "require", lambda: None)  # the GPU question is not the one asked here
     peer = json.dumps(settings.peers[0].as_dict())
     check, bench = tmp_path / "check.json", tmp_path / "bench.json"
-    assert main(["check", "--peer", peer, "--shapes", "[]", "--tolerance", "0.01", "--out", str(check)]) == 0
+    assert main(["check", "--peer", peer, "--shapes", "[]", "--factor", "2", "--tolerance", "0.005",
+                 "--out", str(check)]) == 0
     record = json.loads(check.read_text())
-    assert record == {"kernel": settings.peers[0].name, "tolerance": 0.01, "passed": False,
+    assert record == {"kernel": settings.peers[0].name, "gate": {"factor": 2.0, "tolerance": 0.005}, "passed": False,
                       "skipped": "torch is not installed", "reason": "skipped: torch is not installed", "shapes": []}
     assert main(["bench", "--peer", peer, "--check", str(check), "--shape", "{}", "--steps", "1", "--repeats", "1",
-                 "--warmup", "0", "--out", str(bench)]) == 0
+                 "--warmup", "0", "--graph-replays", "1", "--out", str(bench)]) == 0
     assert json.loads(bench.read_text()) == {"kernel": settings.peers[0].name, "timed": False,
                                              "reason": "skipped: torch is not installed"}
 
@@ -35,7 +35,7 @@ def test_each_peer_matches_the_fp32_reference(settings, index):
 
     gpu.require()
     peer = TorchPeer(settings.peers[index])
-    result = check_kernel(peer, [Shape(1, 4, 1024, 128), Shape(2, 3, 384, 128)], settings.tolerance,
-                          progress=lambda m: None)
+    result = check_kernel(peer, [Shape(1, 4, 1024, 128), Shape(2, 3, 384, 128)],
+                          Gate(settings.check_factor, settings.tolerance), progress=lambda m: None)
     assert result["passed"], result["reason"]
     assert peer.identity["backend"] == settings.peers[index].backend

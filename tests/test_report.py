@@ -33,8 +33,11 @@ def test_summary_has_one_row_per_kernel_and_shape(tmp_path):
     assert list(summary.columns) == SUMMARY_COLUMNS
     runs = len(records.KERNELS) + len(records.PEERS)
     checked, swept = summary[summary.series == "check"], summary[summary.series == "sweep"]
-    assert len(checked) == runs * 2 and len(swept) == runs * len(records.SWEEP_S)
-    case = checked[checked.is_case].set_index("kernel")
+    assert len(checked) == runs * 2 * len(records.INPUTS) and len(swept) == runs * len(records.SWEEP_S)
+    assert set(checked.inputs) == set(records.INPUTS)
+    case = checked[checked.is_case & (checked.inputs == "normal")].set_index("kernel")
+    assert case.loc["v12", "tflops_graph"] == pytest.approx(210.0 / 0.98) and case.loc["v12", "throttled"] == False  # noqa: E712
+    assert checked[checked.inputs != "normal"].tflops.isna().all()  # the timing sits on the normal-input row
     assert case.loc["v12", "tflops"] == 210.0 and case.loc["br128", "kind"] == "ablation"
     assert case.loc["sdpa_auto", "kind"] == "peer" and pd.isna(case.loc["sdpa_auto", "registers"])
     assert checked[~checked.is_case].tflops.isna().all()  # only the case is timed among the checked shapes
@@ -74,7 +77,8 @@ def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
     assert "| v12 | fragment reshape | failed check |" in text
     assert "210.0" not in text
     assert "**v12** failed its correctness check" in text
-    assert "**FAIL**" in text
+    assert "| v12 | normal | 0/2, **2 failed** |" in text
+    assert "- v12, B=1 H=64 S=1024, normal: worst row's relative error" in text
 
 
 def test_findings_only_state_what_the_numbers_show(tmp_path):
@@ -114,7 +118,7 @@ def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path):
     failed_check = paths["checks"][1]
     out = tmp_path / "bench.json"
     assert main(["bench", "--cubin", "none", "--record", "none", "--check", str(failed_check), "--out", str(out),
-                 "--shape", "{}", "--steps", "1", "--repeats", "1", "--warmup", "0"]) == 0
+                 "--shape", "{}", "--steps", "1", "--repeats", "1", "--warmup", "0", "--graph-replays", "1"]) == 0
     record = json.loads(out.read_text())
     assert record["timed"] is False and record["reason"].startswith("failed its check")
     assert "timing" not in record

@@ -7,3 +7,7 @@ line the Snakemake rules call.
 
 class FlashbenchError(Exception):
     """An error the user can act on: its message names the problem, no traceback is needed."""
+
+
+class NoKernelForShape(FlashbenchError):
+    """A library (a peer) has no implementation for this shape: that point is skipped, with this reason."""

@@ -1,13 +1,26 @@
-"""The case's arithmetic (the write-up's formulas) and the fp32 reference attention."""
+"""The case's arithmetic (the write-up's formulas), the check's inputs, the fp32 reference and the
+plain-fp16 yardstick the check measures a kernel's error against."""
 from __future__ import annotations
 
 import math
 
 from .config import Shape
 
-SCALE = 1.0 / math.sqrt(128)
 LOG2E = math.log2(math.e)
 FP16_NAN_BITS = 0x7E00  # poison: an element the kernel does not write stays NaN and fails
+FP16_HALF_ULP = 2.0**-11  # relative rounding error of one fp16 value: no fp16 output is closer than this
+
+# The inputs the check runs every shape on. Normal values are the write-up's; the others make the
+# online softmax work: a logit spread six times wider (Q and K scaled by sqrt 6), a row maximum
+# that arrives only in the last 64 keys (every earlier partial sum must be rescaled by ~e^-10), and
+# logits all equal along each row (every key weighs the same: the output is the mean of V).
+INPUT_KINDS = ("normal", "large_logits", "late_max", "equal_logits")
+LATE_KEYS = 64  # the late maximum sits in the last 64 keys: inside the last key tile of every kernel
+
+
+def softmax_scale(D: int) -> float:
+    """1/sqrt(D), what the kernels and peers are given (the reference works its own out)."""
+    return 1.0 / math.sqrt(D)
 
 
 def flops(shape: Shape) -> int:
@@ -33,40 +46,84 @@ def input_bytes(shape: Shape) -> int:
     return 3 * shape.B * shape.H * shape.S * shape.D * 2
 
 
-def random_inputs(cp, shape: Shape, rng) -> tuple:
-    """Fresh random Q, K, V (normal, fp16) and a NaN-poisoned O, all [B, H, S, D], on the GPU."""
+def random_inputs(cp, shape: Shape, rng, kind: str = "normal") -> tuple:
+    """Fresh random Q, K, V (fp16) of one of INPUT_KINDS and a NaN-poisoned O, all [B, H, S, D]."""
     dims = (shape.B, shape.H, shape.S, shape.D)
-    q, k, v = (rng.standard_normal(dims, dtype=cp.float32).astype(cp.float16) for _ in range(3))
-    return q, k, v, poisoned_output(cp, shape)
+    q, k, v = (rng.standard_normal(dims, dtype=cp.float32) for _ in range(3))
+    if kind == "large_logits":
+        q *= math.sqrt(6.0)
+        k *= math.sqrt(6.0)
+    elif kind == "late_max":
+        # Every query leans along one direction u (q.u ~ 3 +- 1), the last keys are 40 u: their
+        # logits are ~10 above the rest for almost every row.
+        u = cp.full(shape.D, 1.0 / math.sqrt(shape.D), dtype=cp.float32)
+        q += 3.0 * u
+        k[:, :, -LATE_KEYS:, :] = 40.0 * u + 0.1 * k[:, :, -LATE_KEYS:, :]
+    elif kind == "equal_logits":
+        k[:] = k[:, :, :1, :]  # one key repeated: q.k is the same for every key of a row
+    elif kind != "normal":
+        raise ValueError(f"unknown input kind {kind!r} (one of {', '.join(INPUT_KINDS)})")
+    return (*(a.astype(cp.float16) for a in (q, k, v)), poisoned_output(cp, shape))
 
 
 def poisoned_output(cp, shape: Shape):
     return cp.full((shape.B, shape.H, shape.S, shape.D), FP16_NAN_BITS, dtype=cp.uint16).view(cp.float16)
 
 
+def _head_chunks(B: int, H: int, S: int, max_logit_bytes: int):
+    heads = max(1, max_logit_bytes // (S * S * 4))
+    return (slice(h0, h0 + heads) for h0 in range(0, B * H, heads))
+
+
+def _softmax_rows(logits, xp):
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    p = xp.exp(logits)
+    return p / p.sum(axis=-1, keepdims=True)
+
+
 def reference(q, k, v, xp, max_logit_bytes: int = 1 << 30):
-    """softmax(Q K^T / sqrt(D)) V in fp32 for [B, H, S, D] arrays of numpy or cupy (`xp`)."""
+    """softmax(Q K^T / sqrt(D)) V in fp32 for [B, H, S, D] arrays of numpy or cupy (`xp`). The scale
+    is worked out here from D, not shared with what the kernels are given."""
     B, H, S, D = q.shape
     out = xp.empty((B, H, S, D), dtype=xp.float32)
     q3, k3, v3, o3 = (a.reshape(B * H, S, D) for a in (q, k, v, out))
-    heads = max(1, max_logit_bytes // (S * S * 4))
-    for h0 in range(0, B * H, heads):
-        sl = slice(h0, h0 + heads)
-        logits = xp.matmul(q3[sl].astype(xp.float32), k3[sl].astype(xp.float32).transpose(0, 2, 1)) * SCALE
-        logits -= logits.max(axis=-1, keepdims=True)
-        p = xp.exp(logits)
-        p /= p.sum(axis=-1, keepdims=True)
-        o3[sl] = xp.matmul(p, v3[sl].astype(xp.float32))
+    for sl in _head_chunks(B, H, S, max_logit_bytes):
+        logits = xp.matmul(q3[sl].astype(xp.float32), k3[sl].astype(xp.float32).transpose(0, 2, 1)) / math.sqrt(D)
+        o3[sl] = xp.matmul(_softmax_rows(logits, xp), v3[sl].astype(xp.float32))
+    return out
+
+
+def plain_fp16(q, k, v, xp, max_logit_bytes: int = 1 << 30):
+    """The yardstick: attention as plain fp16 code computes it (unfused PyTorch in half precision):
+    each product accumulated in fp32 and stored in fp16 (logits, scaled logits, softmax, output)."""
+    B, H, S, D = q.shape
+    f16, f32 = xp.float16, xp.float32
+    out = xp.empty((B, H, S, D), dtype=f16)
+    q3, k3, v3, o3 = (a.reshape(B * H, S, D) for a in (q, k, v, out))
+    scale = f32(f16(1.0 / math.sqrt(D)))
+    for sl in _head_chunks(B, H, S, max_logit_bytes):
+        logits = xp.matmul(q3[sl].astype(f32), k3[sl].astype(f32).transpose(0, 2, 1)).astype(f16)
+        logits = (logits.astype(f32) * scale).astype(f16).astype(f32)
+        p = _softmax_rows(logits, xp).astype(f16).astype(f32)
+        o3[sl] = xp.matmul(p, v3[sl].astype(f32)).astype(f16)
     return out
 
 
 def errors(out, ref, xp) -> dict:
-    """Relative error ||out - ref|| / ||ref|| (fp64 sums), max abs error and NaN/Inf count."""
-    diff = out.astype(xp.float64) - ref.astype(xp.float64)
+    """Against the fp32 reference: whole-tensor relative error ||out - ref|| / ||ref||, the worst
+    row's relative error (a row: one query's D outputs), the max abs error (fp64 sums), and the
+    count of NaN/Inf elements (any one fails: the errors are then NaN)."""
+    ref64 = ref.astype(xp.float64)
+    diff = out.astype(xp.float64) - ref64
     nonfinite = int((~xp.isfinite(out)).sum())
-    rel = float(xp.linalg.norm(diff.ravel()) / xp.linalg.norm(ref.astype(xp.float64).ravel()))
+    if nonfinite:
+        nan = float("nan")
+        return {"rel_error": nan, "worst_row_rel_error": nan, "max_abs_error": nan, "nonfinite": nonfinite}
+    row_ref = xp.sqrt((ref64 * ref64).sum(axis=-1))
+    row_rel = xp.sqrt((diff * diff).sum(axis=-1)) / xp.maximum(row_ref, 1e-30)
     return {
-        "rel_error": rel if nonfinite == 0 else float("nan"),
-        "max_abs_error": float(xp.abs(diff).max()) if nonfinite == 0 else float("nan"),
-        "nonfinite": nonfinite,
+        "rel_error": float(xp.linalg.norm(diff.ravel()) / xp.linalg.norm(ref64.ravel())),
+        "worst_row_rel_error": float(row_rel.max()),
+        "max_abs_error": float(xp.abs(diff).max()),
+        "nonfinite": 0,
     }

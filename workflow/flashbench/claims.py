@@ -11,6 +11,7 @@ import pandas as pd
 
 from .occupancy import blocks_by_shared_memory
 from .profile import TOP_LINES
+from .summary import case_rows
 
 # The chapter's kernels by role (config.yaml names). A judgement that needs a kernel that was not
 # run, failed its check or was not timed says so instead of guessing.
@@ -42,7 +43,7 @@ def _spilled(resource) -> int:
 
 class _Data:
     def __init__(self, summary: pd.DataFrame, resources: pd.DataFrame, meta: dict):
-        case = summary[summary.is_case]
+        case = case_rows(summary)
         self.tflops = {r.kernel: r.tflops for r in case.itertuples() if r.passed and pd.notna(r.tflops)}
         self.published = {k["name"]: k.get("published_tflops") for k in meta["kernels"]}
         self.arch = meta["gpu_arch"]

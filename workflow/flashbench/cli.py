@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 from . import FlashbenchError
@@ -21,20 +23,33 @@ def _progress(message: str) -> None:
 
 
 def cmd_compile(a) -> None:
+    from . import gpu, gpulock
     from .compile import compile_kernel
 
-    record = compile_kernel(a.kernel, a.source, a.arch, json.loads(a.flags), json.loads(a.defines), a.cubin)
+    # Builds run beside each other but never beside a GPU job: every GPU's lock, shared.
+    with gpulock.hold_shared(gpu.all_bus_ids(), f"compile {a.kernel} {a.arch}", progress=_progress):
+        record = compile_kernel(a.kernel, a.source, a.arch, json.loads(a.flags), json.loads(a.defines), a.cubin)
     write_json(a.record, record)
     print(f"{a.kernel} {a.arch}: {record['registers']} registers, {record['spill_bytes']} spill bytes, "
           f"{record['smem_bytes']} B smem, {record['blocks_per_sm']} blocks/SM")
 
 
-def _kernel(a):
-    """The implementation a check / bench / sweep runs: a compiled kernel or a PyTorch peer."""
-    from . import gpu
-    from .launch import AttentionKernel
+@contextmanager
+def _gpu_held(what: str):
+    """This stage's hold on its GPU (the one CUDA gives it): one GPU job at a time across processes."""
+    from . import gpu, gpulock
 
     gpu.require()
+    import cupy as cp
+
+    with gpulock.hold(cp.cuda.Device().pci_bus_id, what, progress=_progress):
+        yield
+
+
+def _kernel(a):
+    """The implementation a check / bench / sweep / profile runs: a compiled kernel or a PyTorch peer."""
+    from .launch import AttentionKernel
+
     if a.peer:
         from .config import Peer
         from .peers import TorchPeer
@@ -51,21 +66,31 @@ def _kernel(a):
     return AttentionKernel(a.cubin, record)
 
 
-def cmd_check(a) -> None:
-    from .check import check_kernel
-    from .peers import PeerUnavailable
+def _name(a) -> str:
+    return json.loads(a.peer)["name"] if a.peer else read_json(a.record)["kernel"]
 
+
+def cmd_check(a) -> None:
+    from . import gpu
+    from .check import Gate, check_kernel
+    from .peers import PeerUnavailable, require_torch
+
+    gate = Gate(factor=a.factor, tolerance=a.tolerance)
     try:
-        kernel = _kernel(a)
-    except PeerUnavailable as e:  # no torch: the peer is skipped, the run goes on
+        if a.peer:
+            require_torch()
+    except PeerUnavailable as e:  # no torch: the peer is skipped, the run goes on, the GPU untouched
         name = json.loads(a.peer)["name"]
-        write_json(a.out, {"kernel": name, "tolerance": a.tolerance, "passed": False, "skipped": str(e),
+        write_json(a.out, {"kernel": name, "gate": asdict(gate), "passed": False, "skipped": str(e),
                            "reason": f"skipped: {e}", "shapes": []})
         print(f"{name}: skipped, {e}")
         return
-    shapes = [Shape(**s) for s in json.loads(a.shapes)]
-    result = check_kernel(kernel, shapes, a.tolerance, progress=_progress)
-    write_json(a.out, {**result, **kernel.identity})
+    with _gpu_held(f"check {_name(a)}"):
+        kernel = _kernel(a)
+        shapes = [Shape(**s) for s in json.loads(a.shapes)]
+        result = check_kernel(kernel, shapes, gate, kinds=a.inputs.split(","),
+                              smallest=tuple(json.loads(a.smallest)) if a.smallest else None, progress=_progress)
+        write_json(a.out, {**result, **kernel.identity, "provenance": gpu.provenance()})
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
 
 
@@ -80,48 +105,71 @@ def _refused(check: dict, out, done: str = "timed") -> bool:
     return True
 
 
-def cmd_bench(a) -> None:
+def _same_as_checked(kernel, check: dict) -> None:
+    """What is timed or profiled must be what passed the check: the same cubin (or torch build)."""
+    differs = {key: (check.get(key), value) for key, value in kernel.identity.items() if check.get(key) != value}
+    if differs:
+        detail = ", ".join(f"{key} {now} (checked: {then})" for key, (then, now) in differs.items())
+        raise FlashbenchError(f"{kernel.name} is not what passed its check: {detail}; run its check again")
+
+
+def _timed(a, what: str, run) -> None:
+    """Hold the GPU, refuse what did not pass or is not what passed, sample the clocks, run `run`."""
     import secrets
 
     from . import gpu
+    from .clocks import ClockSampler
+
+    check = read_json(a.check)
+    if _refused(check, a.out):
+        return
+    with _gpu_held(f"{what} {check['kernel']}"):
+        kernel = _kernel(a)
+        _same_as_checked(kernel, check)
+        import cupy as cp
+
+        with ClockSampler(cp.cuda.Device().pci_bus_id) as sampler:
+            result = run(kernel, secrets.randbits(32), sampler)
+        write_json(a.out, {"kernel": kernel.name, "timed": True, "reason": None, **kernel.identity, **result,
+                           "provenance": gpu.provenance()})
+
+
+def cmd_bench(a) -> None:
     from .timing import bench
 
-    if _refused(read_json(a.check), a.out):
-        return
-    kernel = _kernel(a)
-    shape = Shape(**json.loads(a.shape))
-    _progress(f"bench {kernel.name}: {shape}, {a.steps}-step method + {a.repeats} timed calls")
-    timing = bench(kernel, shape, a.steps, a.repeats, a.warmup, seed=secrets.randbits(32))
-    record = {"kernel": kernel.name, "timed": True, "reason": None, **kernel.identity,
-              "timing": timing, "provenance": gpu.provenance()}
-    write_json(a.out, record)
-    print(f"{kernel.name}: {timing['tflops']:.1f} TFLOPS ({a.steps}-step), median {timing['tflops_median']:.1f}")
+    def run(kernel, seed, sampler):
+        shape = Shape(**json.loads(a.shape))
+        _progress(f"bench {kernel.name}: {shape}, {a.steps}-step method + {a.repeats} timed calls + graph")
+        timing = bench(kernel, shape, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler)
+        print(f"{kernel.name}: {timing['tflops']:.1f} TFLOPS ({a.steps}-step), median {timing['tflops_median']:.1f}, "
+              f"graph {timing['tflops_graph']:.1f}" + (" THROTTLED" if timing["clocks"]["throttled"] else ""))
+        return {"timing": timing}
+
+    _timed(a, "bench", run)
 
 
 def cmd_sweep(a) -> None:
-    import secrets
-
-    from . import gpu
     from .timing import sweep
 
-    if _refused(read_json(a.check), a.out):
-        return
-    kernel = _kernel(a)
-    shapes = [Shape(**s) for s in json.loads(a.shapes)]
-    points = sweep(kernel, shapes, a.steps, a.repeats, a.warmup, seed=secrets.randbits(32), progress=_progress)
-    write_json(a.out, {"kernel": kernel.name, "timed": True, "reason": None, **kernel.identity, "points": points,
-                       "provenance": gpu.provenance()})
-    print(f"{kernel.name}: timed at {sum(p['timed'] for p in points)} of {len(points)} lengths")
+    def run(kernel, seed, sampler):
+        shapes = [Shape(**s) for s in json.loads(a.shapes)]
+        points = sweep(kernel, shapes, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler,
+                       progress=_progress)
+        print(f"{kernel.name}: timed at {sum(p['timed'] for p in points)} of {len(points)} lengths")
+        return {"points": points}
+
+    _timed(a, "sweep", run)
 
 
 def cmd_launch_once(a) -> None:
-    """What ncu profiles: one launch of a kernel on random inputs."""
+    """What ncu profiles: one launch of a kernel on random inputs (a shape it cannot run is refused)."""
     import cupy as cp
 
-    kernel = _kernel(a)
-    shape = Shape(**json.loads(a.shape))
-    kernel(*kernel.inputs(shape, cp.random.default_rng(0)))
-    cp.cuda.runtime.deviceSynchronize()
+    with _gpu_held(f"launch-once {_name(a)}"):  # under `profile`, its parent holds the GPU already
+        kernel = _kernel(a)
+        shape = Shape(**json.loads(a.shape))
+        kernel(*kernel.inputs(shape, cp.random.default_rng(0)))
+        cp.cuda.runtime.deviceSynchronize()
 
 
 def cmd_profile(a) -> None:
@@ -131,17 +179,22 @@ def cmd_profile(a) -> None:
     check = read_json(a.check)
     if _refused(check, a.out, "profiled"):
         return
-    gpu.require()
-    shape = Shape(**json.loads(a.shape))
-    try:
-        readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(a.source), shape, progress=_progress)
-    except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
-        write_json(a.out, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
-        print(f"{check['kernel']}: not profiled, {e}")
-        return
     record = read_json(a.record)
+    if record["cubin_sha256"] != check.get("cubin_sha256"):
+        raise FlashbenchError(f"{a.cubin} is not the cubin that passed {record['kernel']}'s check "
+                              f"({record['cubin_sha256'][:12]}, checked: {str(check.get('cubin_sha256'))[:12]}); "
+                              f"run its check again")
+    shape = Shape(**json.loads(a.shape))
+    with _gpu_held(f"profile {record['kernel']}"):
+        try:
+            readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(a.source), shape, progress=_progress)
+        except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
+            write_json(a.out, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
+            print(f"{check['kernel']}: not profiled, {e}")
+            return
+        provenance = gpu.provenance()
     write_json(a.out, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
-                       "cubin_sha256": record["cubin_sha256"], **readings, "provenance": gpu.provenance()})
+                       "cubin_sha256": record["cubin_sha256"], **readings, "provenance": provenance})
     m = readings["metrics"]
     print(f"{record['kernel']}: " + ", ".join(f"{key} {m[key]}" for key in ("duration_us", "lsu_pipe_pct", "registers",
                                                                           "achieved_occupancy_pct")))
@@ -207,7 +260,10 @@ def parser() -> argparse.ArgumentParser:
         s.set_defaults(run=fn)
         if name == "check":
             s.add_argument("--shapes", required=True, help="JSON list of {B, H, S, D}")
-            s.add_argument("--tolerance", type=float, required=True)
+            s.add_argument("--inputs", default="normal", help="comma-separated kinds of input (attention.INPUT_KINDS)")
+            s.add_argument("--smallest", help="JSON [B, H]: also check a kernel at its smallest S with these")
+            s.add_argument("--factor", type=float, required=True, help="times plain fp16's error")
+            s.add_argument("--tolerance", type=float, required=True, help="cap on the whole-tensor relative error")
         else:
             s.add_argument("--check", required=True, help="its check record")
             s.add_argument(*(("--shape",) if name == "bench" else ("--shapes",)), required=True,
@@ -215,6 +271,7 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("--steps", type=int, required=True)
             s.add_argument("--repeats", type=int, required=True)
             s.add_argument("--warmup", type=int, required=True)
+            s.add_argument("--graph-replays", type=int, required=True)
 
     s = sub.add_parser("launch-once", help="launch a kernel once on random inputs (what the profiler runs)")
     s.add_argument("--cubin", required=True)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .summary import case_rows
+
 
 def _pct(new: float, old: float) -> str:
     return f"{(new / old - 1) * 100:+.1f}%"
@@ -32,7 +34,7 @@ def steps(case: pd.DataFrame, kernels: list[dict]) -> list[dict]:
 
 
 def findings(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name: str) -> list[str]:
-    case = summary[summary.is_case]
+    case = case_rows(summary)
     kernels, arch = meta["kernels"], meta["gpu_arch"]
     out = []
     for k in kernels:

@@ -65,7 +65,10 @@ class Settings:
     kernels: list[Kernel]  # the kernels to run, in table order
     case: Shape
     check_shapes: list[Shape]  # the case first, then the extra shapes
-    tolerance: float
+    check_inputs: list[str]  # kinds of input every shape runs on
+    check_smallest: tuple[int, int]  # B, H of each kernel's smallest-S shape
+    check_factor: float  # times plain fp16's error
+    tolerance: float  # cap on the whole-tensor relative error
     bench: dict
     peers: list[Peer] = field(default_factory=list)  # in table order, after the kernels
     baseline: str | None = None
@@ -151,6 +154,9 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
         kernels=kernels,
         case=case,
         check_shapes=[case] + extra,
+        check_inputs=list(config["check"]["inputs"]),
+        check_smallest=(config["check"]["smallest"]["B"], config["check"]["smallest"]["H"]),
+        check_factor=float(config["check"]["factor"]),
         tolerance=float(config["check"]["tolerance"]),
         bench=dict(config["bench"]),
         peers=peers,

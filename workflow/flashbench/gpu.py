@@ -1,4 +1,5 @@
-"""Which GPU is here (via nvidia-smi, no CUDA context), its archive slug, and run provenance."""
+"""Which GPU is here (via nvidia-smi, no CUDA context), its archive slug, and run provenance (the
+clocks, power and throttling during each timing are sampled separately, through NVML: clocks.py)."""
 from __future__ import annotations
 
 import os
@@ -20,6 +21,7 @@ class NoGPUError(FlashbenchError):
 class GPU:
     name: str  # as the driver names it, e.g. "NVIDIA H200"
     arch: str  # e.g. "sm_90"
+    pci_bus_id: str = ""  # e.g. "00000000:19:00.0": the key of its lock (gpulock.py)
 
     @property
     def slug(self) -> str:
@@ -56,8 +58,21 @@ def _smi(*query: str, device: str | None = None) -> list[str] | None:
 
 
 def detect() -> GPU | None:
-    values = _smi("name", "compute_cap")
-    return GPU(name=values[0], arch=arch_of(values[1])) if values else None
+    values = _smi("name", "compute_cap", "pci.bus_id")
+    return GPU(name=values[0], arch=arch_of(values[1]), pci_bus_id=values[2]) if values else None
+
+
+def all_bus_ids() -> list[str]:
+    """The PCI bus id of every GPU on this machine (a compile holds all their locks), [] without one."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        proc = subprocess.run([smi, "--query-gpu=pci.bus_id", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
 
 
 def require() -> GPU:
@@ -67,32 +82,40 @@ def require() -> GPU:
     return gpu
 
 
-def git_commit(root: Path | str = ".") -> str:
-    """The commit the run is made from: FLASHBENCH_GIT_COMMIT where given (a copied checkout's git may
-    know another HEAD, or none), else HEAD of the checkout, '+dirty' if it has changes."""
-    given = os.environ.get("FLASHBENCH_GIT_COMMIT")
-    if given:
-        return f"{given} (given by FLASHBENCH_GIT_COMMIT)"
+def _git_head(root: Path | str) -> str | None:
+    """HEAD of the checkout at `root`, '+dirty' if tracked files changed; None where git does not work."""
+    git = ["git", "-c", "safe.directory=*"]  # a copied checkout may belong to another user
     try:
-        git = ["git", "-c", "safe.directory=*"]  # a copied checkout may belong to another user
         head = subprocess.run([*git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
-        return head.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown (no git here: set FLASHBENCH_GIT_COMMIT)"
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def git_commit(root: Path | str = ".") -> dict:
+    """The commit a run is made from. git's own answer wins where git works; FLASHBENCH_GIT_COMMIT is
+    used where it does not, and recorded beside git's (`given_commit`) where the two differ (a copied
+    checkout whose .git knows another HEAD, or a stale variable)."""
+    given = os.environ.get("FLASHBENCH_GIT_COMMIT", "").strip() or None
+    head = _git_head(root)
+    if head is None:
+        return {"git_commit": f"{given} (given: no git here)" if given else "unknown (no git here: set FLASHBENCH_GIT_COMMIT)"}
+    if given and not head.removesuffix("+dirty").startswith(given):
+        return {"git_commit": head, "given_commit": given}
+    return {"git_commit": head}
 
 
 def provenance() -> dict:
-    """Where and when a measurement was taken; clocks are read at call time (call it right after timing)."""
+    """Which GPU, driver, CUDA and commit a measurement was taken on, and when."""
     import cupy as cp
 
     device = cp.cuda.Device()  # the one the kernels ran on: nvidia-smi is asked about it by PCI bus id
-    values = _smi("name", "compute_cap", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem",
-                  "power.draw", "temperature.gpu", device=device.pci_bus_id)
+    values = _smi("name", "compute_cap", "driver_version", "clocks.max.sm", "power.limit", device=device.pci_bus_id)
     if values is None:
         raise NoGPUError(f"nvidia-smi cannot read the GPU at {device.pci_bus_id}")
-    name, cc, driver, sm_clock, sm_clock_max, mem_clock, power, temp = values
+    name, cc, driver, sm_clock_max, power_limit = values
     attrs = device.attributes
 
     def version(v: int) -> str:
@@ -108,11 +131,8 @@ def provenance() -> dict:
         "cuda_driver": version(cp.cuda.runtime.driverGetVersion()),
         "cuda_runtime": version(cp.cuda.runtime.runtimeGetVersion()),
         "cupy": cp.__version__,
-        "sm_clock_mhz": sm_clock,
         "sm_clock_max_mhz": sm_clock_max,
-        "mem_clock_mhz": mem_clock,
-        "power_w": power,
-        "temperature_c": temp,
-        "git_commit": git_commit(),
+        "power_limit_w": power_limit,
+        **git_commit(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

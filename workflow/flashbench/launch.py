@@ -1,17 +1,22 @@
 """Load a kernel's cubin with CuPy and launch it as its contract says."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
 from . import FlashbenchError, attention
-from .attention import LOG2E, SCALE
+from .attention import LOG2E
 from .compile import ENTRY
 from .config import Shape
 
+MAX_GRID_Y = 65535  # gridDim.y limit: the grid's y is B*H
+
 
 class AttentionKernel:
+    skips_unsupported = False  # a kernel must run every configured shape: one it cannot is a failed check
+
     def __init__(self, cubin: Path | str, record: dict):
         import cupy as cp
 
@@ -34,26 +39,52 @@ class AttentionKernel:
         for what in ("block_rows", "block_cols"):
             if shape.S % c[what]:
                 return f"S={shape.S} is not a multiple of {self.name}'s {what} ({c[what]})"
+        if shape.B * shape.H > MAX_GRID_Y:
+            return f"B*H={shape.B * shape.H} is above the grid's limit of {MAX_GRID_Y} heads (gridDim.y)"
         return None
+
+    @property
+    def smallest_seq_len(self) -> int:
+        """The shortest S the kernel takes: whole row tiles and whole key tiles."""
+        return math.lcm(self.contract["block_rows"], self.contract["block_cols"])
 
     @property
     def identity(self) -> dict:
         """What the records name this implementation by."""
         return {"cubin_sha256": self.record["cubin_sha256"]}
 
-    def inputs(self, shape: Shape, rng) -> tuple:
-        return attention.random_inputs(self.cp, shape, rng)
+    def inputs(self, shape: Shape, rng, kind: str = "normal") -> tuple:
+        return attention.random_inputs(self.cp, shape, rng, kind)
 
     def __call__(self, q, k, v, o):
-        """Attention of q, k, v into o; returns o."""
+        """Attention of q, k, v into o; returns o. A shape the kernel cannot run is refused here, so
+        nothing times or checks a partial grid."""
         B, H, S, D = q.shape
         for a in (q, k, v, o):
             if a.dtype != self.cp.float16 or not a.flags.c_contiguous or a.shape != q.shape:
                 raise FlashbenchError("q, k, v, o must be C-contiguous fp16 arrays of one [B, H, S, D] shape")
+        reason = self.supports(Shape(B, H, S, D))
+        if reason:
+            raise FlashbenchError(f"{self.name} cannot run this shape: {reason}")
         self.launch(S // self.contract["block_rows"], B * H, q, k, v, o, S)
         return o
 
-    def launch(self, row_tiles: int, heads: int, q, k, v, o, seq_len: int) -> None:
-        """The raw launch: grid (row_tiles, heads), no checks (tests use it to launch wrongly on purpose)."""
+    def capture(self, q, k, v, o, calls: int):
+        """`calls` calls captured once into a CUDA graph; returns what replays it on the current stream."""
+        cp = self.cp
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            try:
+                for _ in range(calls):
+                    self(q, k, v, o)
+            finally:
+                graph = stream.end_capture()
+        return lambda: graph.launch(cp.cuda.get_current_stream())
+
+    def launch(self, row_tiles: int, heads: int, q, k, v, o, seq_len: int, scale: float | None = None) -> None:
+        """The raw launch: grid (row_tiles, heads), no checks (tests use it to launch wrongly on purpose).
+        `scale`: the softmax scale, 1/sqrt(D) unless given."""
+        scale = attention.softmax_scale(self.contract["head_dim"]) if scale is None else scale
         self.function((row_tiles, heads), (self.contract["threads"],),
-                      (q, k, v, o, np.int32(seq_len), np.float32(SCALE * LOG2E)), shared_mem=self.dynamic_smem)
+                      (q, k, v, o, np.int32(seq_len), np.float32(scale * LOG2E)), shared_mem=self.dynamic_smem)

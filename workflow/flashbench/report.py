@@ -9,7 +9,8 @@ import pandas as pd
 from . import FlashbenchError, claims, conclusions
 from .files import read_json, write_text
 from .profile import TOP_LINES
-from .summary import TIMED
+from .check import METRICS
+from .summary import TIMED, case_rows
 
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
 
@@ -118,12 +119,32 @@ def _none(x):
     return None if x is None or (isinstance(x, float) and pd.isna(x)) else x
 
 
+def correctness(checked: pd.DataFrame, order: list[str]) -> list[dict]:
+    """One row per kernel and kind of input: how many shapes passed, and the figures of the shape that
+    came closest to its bound (the largest margin: error / threshold)."""
+    rows = []
+    for name in order:
+        mine = checked[checked.kernel == name]
+        for kind in dict.fromkeys(mine.inputs):
+            runs = mine[mine.inputs == kind]
+            judged = runs.dropna(subset=["margin"])
+            worst = judged.loc[judged.margin.idxmax()] if len(judged) else None
+            rows.append({
+                "kernel": name, "inputs": kind, "shapes": len(runs), "passed": int((runs.passed == True).sum()),  # noqa: E712
+                "failed": int((runs.passed == False).sum()), "skipped": int(runs.passed.isna().sum()),  # noqa: E712
+                "worst": None if worst is None else {
+                    "shape": f"B={worst.B} H={worst.H} S={worst.S}", "margin": worst.margin,
+                    **{m: worst[m] for m in METRICS}, **{f"yardstick_{m}": worst[f"yardstick_{m}"] for m in METRICS}},
+            })
+    return rows
+
+
 def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict, slug: str) -> dict:
     kernels = meta["kernels"]
     provs = [k["provenance"] for k in kernels if k.get("provenance")]
     gpu_name = provs[0]["gpu"] if provs else slug
     checked = summary[summary.series == "check"]
-    case = checked[checked.is_case]
+    case = case_rows(summary)
     step = {s["kernel"]: s for s in conclusions.steps(case, kernels)}
     timed_case = {r.kernel: r.tflops for r in case.itertuples() if pd.notna(r.tflops)}
     baseline = meta.get("baseline")
@@ -132,14 +153,17 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     for k in kernels:
         r = case[case.kernel == k["name"]]
         r = r.iloc[0] if len(r) else {}
-        row = {**k, **{f: _none(r.get(f)) for f in TIMED}, "step": step.get(k["name"])}
+        row = {**k, **{f: _none(r.get(f)) for f in (*TIMED, "throttled")}, "step": step.get(k["name"])}
         row["of_baseline"] = (row["tflops"] / timed_case[baseline]
                               if row["tflops"] is not None and baseline in timed_case else None)
         rows.append(row)
     sweep = summary[summary.series == "sweep"]
     order = [k["name"] for k in kernels]
-    sweep_table = (sweep.pivot_table(index="kernel", columns="S", values="tflops").reindex(
-        [n for n in order if n in set(sweep.kernel)]) if not sweep.empty else pd.DataFrame())
+    def sweep_table(figure: str) -> pd.DataFrame:
+        return (sweep.pivot_table(index="kernel", columns="S", values=figure).reindex(
+            [n for n in order if n in set(sweep.kernel)]) if not sweep.empty else pd.DataFrame())
+
+    by_steps, by_graph = sweep_table("tflops"), sweep_table("tflops_graph")
     archs = sorted(resources.arch.unique(), key=lambda a: (a != meta["gpu_arch"], a))
     l2 = provs[0]["l2_bytes"] if provs else None
     inputs = next((k["timing"]["input_bytes"] for k in kernels if k.get("timing")), None)
@@ -147,8 +171,9 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "slug": slug,
         "gpu_name": gpu_name,
         "meta": meta,
-        "common": {key: sorted({str(p[key]) for p in provs}) for key in
-                   ("gpu", "arch", "sm_count", "driver", "cuda_driver", "cuda_runtime", "cupy", "git_commit")},
+        "common": {key: sorted({str(p[key]) for p in provs if key in p}) for key in
+                   ("gpu", "pci_bus_id", "arch", "sm_count", "driver", "cuda_driver", "cuda_runtime", "cupy",
+                    "git_commit", "given_commit")},
         "torch": sorted({f"torch {k['identity']['torch']}, cuDNN {k['identity']['cudnn']}"
                          for k in kernels if k.get("identity", {}).get("torch")}),
         "skipped_peers": [k for k in kernels if k["kind"] == "peer" and k.get("skipped")],
@@ -162,11 +187,15 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "input_bytes": inputs,
         "archs": archs,
         "resources": {(r.kernel, r.arch): r._asdict() for r in resources.itertuples()},
-        "checks": [{k: _none(v) for k, v in row.items()} for row in checked.to_dict("records")],
-        "extra_shapes": int((~checked.is_case).sum() // max(1, checked.kernel.nunique())),
-        "sweep_lengths": [int(s) for s in sweep_table.columns],
+        "correctness": correctness(checked, order=[k["name"] for k in kernels]),
+        "failures": [{k: _none(v) for k, v in row.items()} for row in checked[checked.passed != True].to_dict("records")],  # noqa: E712
+        "extra_shapes": sorted({(r.B, r.H, r.S) for r in checked[~checked.is_case].itertuples()}),
+        "throttled": [r.kernel for r in summary[summary.throttled == True].itertuples()],  # noqa: E712
+        "sweep_lengths": [int(s) for s in by_steps.columns],
         "sweep_rows": [{"name": name, "tflops": [_none(v) for v in values]}
-                       for name, values in zip(sweep_table.index, sweep_table.itertuples(index=False))],
+                       for name, values in zip(by_steps.index, by_steps.itertuples(index=False))],
+        "sweep_graph_rows": [{"name": name, "tflops": [_none(v) for v in values]}
+                             for name, values in zip(by_graph.index, by_graph.itertuples(index=False))],
         "profile": [{k: _none(v) for k, v in row.items()} for row in profile.to_dict("records")],
         "profiled": {k["name"]: k["profile"] for k in kernels if k.get("profile")},
         "findings": conclusions.findings(checked, resources, meta, gpu_name),

@@ -14,19 +14,26 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import FlashbenchError
 from .files import read_json
 
+CHECK_FIGURES = (
+    "rel_error", "worst_row_rel_error", "max_abs_error",
+    "yardstick_rel_error", "yardstick_worst_row_rel_error", "yardstick_max_abs_error",
+    "threshold_rel_error", "threshold_worst_row_rel_error", "threshold_max_abs_error", "margin",
+)
+TIMED = ("tflops", "tflops_median", "tflops_min", "tflops_max", "tflops_graph", "ms_per_step", "ms_median", "ms_graph",
+         "gib_per_s")
+CLOCKS = ("sm_clock_mhz_median", "sm_clock_mhz_min", "power_w_max", "throttled", "throttle_reasons")
 SUMMARY_COLUMNS = [
-    "kernel", "kind", "series", "B", "H", "S", "D", "is_case", "passed", "rel_error", "max_abs_error", "reason",
-    "tflops", "tflops_median", "tflops_min", "tflops_max", "ms_per_step", "ms_median", "gib_per_s",
-    "arch", "registers", "spill_bytes", "smem_bytes", "blocks_per_sm",
+    "kernel", "kind", "series", "B", "H", "S", "D", "inputs", "is_case", "passed", *CHECK_FIGURES, "reason",
+    *TIMED, *CLOCKS, "arch", "registers", "spill_bytes", "smem_bytes", "blocks_per_sm",
 ]
 RESOURCE_COLUMNS = [
     "kernel", "arch", "registers", "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes",
     "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes", "threads", "block_rows", "blocks_per_sm",
     "limited_by", "nvcc", "command", "cubin_sha256",
 ]
-TIMED = ("tflops", "tflops_median", "tflops_min", "tflops_max", "ms_per_step", "ms_median", "gib_per_s")
 _CHOICE = re.compile(r"^\s*//\s*Choice:\s*(.*)$")
 
 
@@ -58,9 +65,20 @@ def resources_table(compile_records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RESOURCE_COLUMNS)
 
 
+def _clocks(timing: dict) -> dict:
+    """The NVML readings over one timing, flattened for the table."""
+    c = timing.get("clocks") or {}
+    if not c.get("samples"):
+        return {}
+    return {"sm_clock_mhz_median": c["sm_clock_mhz"]["median"], "sm_clock_mhz_min": c["sm_clock_mhz"]["min"],
+            "power_w_max": c["power_w"]["max"], "throttled": c["throttled"],
+            "throttle_reasons": " ".join(c["throttle_reasons"]) or None}
+
+
 def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: pd.DataFrame, gpu_arch: str,
                   case: dict, sweeps: dict) -> pd.DataFrame:
-    """`kernels` (and peers) in table order; `checks` / `benches` / `sweeps` map a name to its record."""
+    """`kernels` (and peers) in table order; `checks` / `benches` / `sweeps` map a name to its record.
+    A check row is one shape and kind of input; the timing at the case sits on its normal-input row."""
     rows = []
     for kernel in kernels:
         name = kernel["name"]
@@ -71,20 +89,48 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
             dims = {d: shape[d] for d in "BHSD"}
             is_case = dims == case
             row = {
-                "kernel": name, "kind": kernel["kind"], "series": "check", **dims, "is_case": is_case,
-                "passed": shape["passed"], "rel_error": shape.get("rel_error"),
-                "max_abs_error": shape.get("max_abs_error"), "reason": shape.get("reason"),
+                "kernel": name, "kind": kernel["kind"], "series": "check", **dims, "inputs": shape["inputs"],
+                "is_case": is_case, "passed": shape["passed"], "reason": shape.get("reason"),
+                **{f: shape.get(f) for f in CHECK_FIGURES},
                 "arch": gpu_arch, **{k: res.get(k) for k in ("registers", "smem_bytes", "blocks_per_sm")},
                 "spill_bytes": (res["spill_store_bytes"] + res["spill_load_bytes"]) if res else None,
             }
-            if is_case and bench.get("timed") and checks[name]["passed"]:
-                row.update({k: bench["timing"][k] for k in TIMED})
+            if is_case and shape["inputs"] == "normal" and bench.get("timed") and checks[name]["passed"]:
+                row.update({k: bench["timing"][k] for k in TIMED}, **_clocks(bench["timing"]))
             rows.append(row)
         for point in sweeps.get(name, {}).get("points", []):
             rows.append({"kernel": name, "kind": kernel["kind"], "series": "sweep", **{d: point[d] for d in "BHSD"},
-                         "is_case": False, "passed": checks[name]["passed"], "reason": point["reason"],
-                         "arch": gpu_arch, **({k: point[k] for k in TIMED} if point["timed"] else {})})
+                         "inputs": "normal", "is_case": False, "passed": checks[name]["passed"],
+                         "reason": point["reason"], "arch": gpu_arch,
+                         **({k: point[k] for k in TIMED} | _clocks(point) if point["timed"] else {})})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def case_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """The check rows at the case on normal inputs: where the case's timings sit, one per kernel."""
+    return summary[(summary.series == "check") & summary.is_case & (summary.inputs == "normal")]
+
+
+def belong_together(compile_records: list[dict], gpu_arch: str, **records: dict) -> None:
+    """Refuse records that do not describe one run on one GPU: another GPU, PCI bus id or driver, or a
+    kernel whose check, timing, sweep or profile names a cubin other than the one built now."""
+    seen = {}
+    for stage, by_name in records.items():
+        for name, r in by_name.items():
+            p = r.get("provenance")
+            if p:
+                seen.setdefault((p["gpu"], p["pci_bus_id"], p["driver"]), []).append(f"{stage}/{name}")
+    if len(seen) > 1:
+        listed = "; ".join(f"{gpu} at {bus}, driver {driver}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+                           for (gpu, bus, driver), names in seen.items())
+        raise FlashbenchError(f"these records come from more than one GPU, PCI bus id or driver ({listed}): "
+                              f"rerun the GPU stages on one GPU (delete the others' records)")
+    built = {r["kernel"]: r["cubin_sha256"] for r in compile_records if r["arch"] == gpu_arch}
+    for stage, by_name in records.items():
+        for name, r in by_name.items():
+            if name in built and "cubin_sha256" in r and r["cubin_sha256"] != built[name]:
+                raise FlashbenchError(f"{stage}/{name} names cubin {r['cubin_sha256'][:12]} but {name}'s build for "
+                                      f"{gpu_arch} is {built[name][:12]}: rerun its GPU stages")
 
 
 def profile_table(profiles: dict) -> pd.DataFrame:
@@ -115,13 +161,15 @@ def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile
     sweeps = {(r := read_json(p))["kernel"]: r for p in sweep_paths}
     profiles = {(r := read_json(p))["kernel"]: r for p in profile_paths}
     compile_records = [read_json(p) for p in compile_paths]
+    belong_together(compile_records, gpu_arch, check=checks, bench=benches, sweep=sweeps, profile=profiles)
     resources = resources_table(compile_records)
     summary = summary_table(kernels, checks, benches, resources, gpu_arch, case, sweeps)
     sources = {r["kernel"]: r["source"] for r in compile_records}
     meta = {
         "gpu_arch": gpu_arch,
         "case": case,
-        "tolerance": next(iter(checks.values()))["tolerance"],
+        "gate": next(iter(checks.values()))["gate"],
+        "inputs": next((c["inputs"] for c in checks.values() if c.get("inputs")), []),
         **(settings or {}),
         "kernels": [{**k, "choices": choices(sources[k["name"]]) if k["name"] in sources else None,
                      "check_passed": checks[k["name"]]["passed"], "check_reason": checks[k["name"]]["reason"],
@@ -133,6 +181,7 @@ def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile
                      "profile": ({f: profiles[k["name"]].get(f) for f in ("profiled", "reason", "top_lines", "softmax_share",
                                                                           "stall_samples", "lines_reason", "ncu")}
                                  if k["name"] in profiles else None),
-                     "provenance": benches.get(k["name"], {}).get("provenance")} for k in kernels],
+                     "provenance": benches.get(k["name"], {}).get("provenance")
+                     or checks[k["name"]].get("provenance")} for k in kernels],
     }
     return summary, resources, profile_table(profiles), meta

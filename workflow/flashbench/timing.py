@@ -1,31 +1,47 @@
-"""Timing with CUDA events: the write-up's 100-step method plus a per-call median over repeats."""
+"""Timing with CUDA events: the write-up's 100-step method, a per-call median over repeats, and a
+CUDA-graph figure (the steps captured once and replayed, so no CPU launch cost sits between calls),
+with the GPU's clocks sampled through NVML over each timing."""
 from __future__ import annotations
 
 import statistics
+import time
 
-from . import FlashbenchError, attention
+from . import FlashbenchError, NoKernelForShape, attention
 from .config import Shape
 
 
-def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int) -> dict:
+def _elapsed_ms(cp, run) -> float:
+    before, after = cp.cuda.Event(), cp.cuda.Event()
+    before.record()
+    run()
+    after.record()
+    after.synchronize()
+    return cp.cuda.get_elapsed_time(before, after)
+
+
+def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int, graph_replays: int,
+          sampler=None) -> dict:
     """Time `kernel` (an AttentionKernel or a TorchPeer) at `shape`. Same inputs for every call, as
-    the write-up did (the report says whether they fit in L2)."""
+    the write-up did (the report says whether they fit in L2). `sampler`: a ClockSampler, whose
+    readings over this timing are kept."""
+    reason = kernel.supports(shape)
+    if reason:
+        raise FlashbenchError(f"{kernel.name} is not timed at {shape}: {reason}")
     cp = kernel.cp
     q, k, v, o = kernel.inputs(shape, cp.random.default_rng(seed))
+    t0 = time.time()
     for _ in range(warmup):
         kernel(q, k, v, o)
     cp.cuda.runtime.deviceSynchronize()
 
-    # The write-up's method: `steps` back-to-back calls between two events, total / steps.
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(steps):
-        kernel(q, k, v, o)
-    end.record()
-    end.synchronize()
-    total_ms = cp.cuda.get_elapsed_time(start, end)
+    def back_to_back():
+        for _ in range(steps):
+            kernel(q, k, v, o)
 
-    # Each call between its own pair of events, for the median and the spread.
+    # The write-up's method: `steps` back-to-back calls between two events, total / steps.
+    total_ms = _elapsed_ms(cp, back_to_back)
+
+    # Each call between its own pair of events (recorded ahead, read after), for the median and spread.
     events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(repeats)]
     for before, after in events:
         before.record()
@@ -34,29 +50,43 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
     events[-1][1].synchronize()
     per_call_ms = sorted(cp.cuda.get_elapsed_time(b, a) for b, a in events)
 
+    # CUDA graph: the same `steps` calls captured once, replayed `graph_replays` times (one replay
+    # first, untimed); each replay between its own events, the median / steps is the figure.
+    replay = kernel.capture(q, k, v, o, steps)
+    replay()
+    graph_ms = sorted(_elapsed_ms(cp, replay) / steps for _ in range(graph_replays))
+    t1 = time.time()
+
     step_s = total_ms / steps / 1e3
     median_s = statistics.median(per_call_ms) / 1e3
+    graph_s = statistics.median(graph_ms) / 1e3
     return {
         **shape.as_dict(),
         "steps": steps,
         "repeats": repeats,
         "warmup": warmup,
+        "graph_replays": graph_replays,
         "total_s": total_ms / 1e3,
         "ms_per_step": total_ms / steps,
         "ms_median": median_s * 1e3,
         "ms_min": per_call_ms[0],
         "ms_max": per_call_ms[-1],
+        "ms_graph": graph_s * 1e3,
         "tflops": attention.tflops(shape, step_s),
         "tflops_median": attention.tflops(shape, median_s),
         "tflops_min": attention.tflops(shape, per_call_ms[-1] / 1e3),
         "tflops_max": attention.tflops(shape, per_call_ms[0] / 1e3),
+        "tflops_graph": attention.tflops(shape, graph_s),
         "gib_per_s": attention.gib_per_s(shape, step_s),
         "input_bytes": attention.input_bytes(shape),
+        "clocks": sampler.window(t0, t1) if sampler is not None else None,
     }
 
 
-def sweep(kernel, shapes: list[Shape], steps: int, repeats: int, warmup: int, seed: int, progress=print) -> list[dict]:
-    """`bench` at each shape `kernel` supports; a shape it does not support gets its reason instead."""
+def sweep(kernel, shapes: list[Shape], steps: int, repeats: int, warmup: int, seed: int, graph_replays: int,
+          sampler=None, progress=print) -> list[dict]:
+    """`bench` at each shape `kernel` supports; a shape it does not support gets its reason instead
+    (a peer's library without a kernel for a length is such a shape too)."""
     points = []
     for shape in shapes:
         reason = kernel.supports(shape)
@@ -64,12 +94,15 @@ def sweep(kernel, shapes: list[Shape], steps: int, repeats: int, warmup: int, se
             progress(f"sweep {kernel.name}: {shape} skipped, {reason}")
             points.append({**shape.as_dict(), "timed": False, "reason": reason})
             continue
-        progress(f"sweep {kernel.name}: {shape}, {steps}-step method + {repeats} timed calls")
+        progress(f"sweep {kernel.name}: {shape}, {steps}-step method + {repeats} timed calls + graph")
         try:
-            points.append({**bench(kernel, shape, steps, repeats, warmup, seed), "timed": True, "reason": None})
-        except FlashbenchError as e:  # a peer's library without a kernel for this length
+            points.append({**bench(kernel, shape, steps, repeats, warmup, seed, graph_replays, sampler),
+                           "timed": True, "reason": None})
+        except NoKernelForShape as e:
             progress(f"  -> not timed: {e}")
             points.append({**shape.as_dict(), "timed": False, "reason": str(e)})
             continue
-        progress(f"  -> {points[-1]['tflops']:.1f} TFLOPS")
+        p = points[-1]
+        progress(f"  -> {p['tflops']:.1f} TFLOPS ({steps}-step), {p['tflops_graph']:.1f} (graph)"
+                 + (" THROTTLED" if (p["clocks"] or {}).get("throttled") else ""))
     return points

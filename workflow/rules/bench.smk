@@ -7,7 +7,8 @@ if GPU_MODE:
             cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
-            code=package_modules("timing", "launch", "peers", "gpu", "cli"),
+            builds=ALL_BUILT,
+            code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
         output:
             f"results/{GPU_SLUG}/bench/{{kernel}}.json",
         log:
@@ -17,17 +18,19 @@ if GPU_MODE:
             steps=SETTINGS.bench["steps"],
             repeats=SETTINGS.bench["repeats"],
             warmup=SETTINGS.bench["warmup"],
+            graph_replays=SETTINGS.bench["graph_replays"],
         resources:
             gpu=1,
         shell:
             "{PY} -m flashbench bench --cubin {input.cubin} --record {input.record} --check {input.check}"
             " --shape {params.shape:q} --steps {params.steps} --repeats {params.repeats} --warmup {params.warmup}"
-            " --out {output} 2>&1 | tee {log}"
+            " --graph-replays {params.graph_replays} --out {output} 2>&1 | tee {log}"
 
     rule bench_peer:
         input:
             check=f"results/{GPU_SLUG}/check/{{peer}}.json",
-            code=package_modules("timing", "launch", "peers", "gpu", "cli"),
+            builds=ALL_BUILT,
+            code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
         output:
             f"results/{GPU_SLUG}/bench/{{peer}}.json",
         log:
@@ -38,12 +41,13 @@ if GPU_MODE:
             steps=SETTINGS.bench["steps"],
             repeats=SETTINGS.bench["repeats"],
             warmup=SETTINGS.bench["warmup"],
+            graph_replays=SETTINGS.bench["graph_replays"],
         resources:
             gpu=1,
         shell:
             "{PY} -m flashbench bench --peer {params.peer:q} --check {input.check}"
             " --shape {params.shape:q} --steps {params.steps} --repeats {params.repeats} --warmup {params.warmup}"
-            " --out {output} 2>&1 | tee {log}"
+            " --graph-replays {params.graph_replays} --out {output} 2>&1 | tee {log}"
 
     rule bench:
         input:

@@ -2,40 +2,50 @@
 
 if GPU_MODE:
 
+    CHECK_PARAMS = dict(
+        shapes=json.dumps([s.as_dict() for s in SETTINGS.check_shapes]),
+        inputs=",".join(SETTINGS.check_inputs),
+        smallest=json.dumps(SETTINGS.check_smallest),
+        factor=SETTINGS.check_factor,
+        tolerance=SETTINGS.tolerance,
+    )
+    CHECK_ARGS = (
+        "--shapes {params.shapes:q} --inputs {params.inputs} --smallest {params.smallest:q} --factor {params.factor}"
+        " --tolerance {params.tolerance} --out {output} 2>&1 | tee {log}"
+    )
+
     rule check_kernel:
         input:
             cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
-            code=package_modules("check", "launch", "peers", "gpu", "cli"),
+            builds=ALL_BUILT,
+            code=package_modules("check", "launch", "peers", "gpu", "gpulock", "cli"),
         output:
             f"results/{GPU_SLUG}/check/{{kernel}}.json",
         log:
             f"logs/{GPU_SLUG}/check/{{kernel}}.log",
         params:
-            shapes=json.dumps([s.as_dict() for s in SETTINGS.check_shapes]),
-            tolerance=SETTINGS.tolerance,
+            **CHECK_PARAMS,
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench check --cubin {input.cubin} --record {input.record} --shapes {params.shapes:q}"
-            " --tolerance {params.tolerance} --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench check --cubin {input.cubin} --record {input.record} " + CHECK_ARGS
 
     rule check_peer:
         input:
-            code=package_modules("check", "launch", "peers", "gpu", "cli"),
+            builds=ALL_BUILT,
+            code=package_modules("check", "launch", "peers", "gpu", "gpulock", "cli"),
         output:
             f"results/{GPU_SLUG}/check/{{peer}}.json",
         log:
             f"logs/{GPU_SLUG}/check/{{peer}}.log",
         params:
             peer=lambda w: json.dumps(PEERS[w.peer].as_dict()),
-            shapes=json.dumps([s.as_dict() for s in SETTINGS.check_shapes]),
-            tolerance=SETTINGS.tolerance,
+            **CHECK_PARAMS,
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench check --peer {params.peer:q} --shapes {params.shapes:q}"
-            " --tolerance {params.tolerance} --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench check --peer {params.peer:q} " + CHECK_ARGS
 
     rule check:
         input:

@@ -35,6 +35,15 @@ if GPU_ARCH and GPU_ARCH not in fb_config.supported_archs():
         f"the GPU here ({DETECTED.name if DETECTED else GPU_SLUG}, {GPU_ARCH}) is not one the kernels are built for "
         f"({', '.join(fb_config.supported_archs())}: stmatrix and the write-up's kernels need sm_90 or newer)"
     )
+if SETTINGS.gpu and DETECTED and SETTINGS.gpu != DETECTED.slug:
+    raise fb_config.ConfigError(
+        f"config key 'gpu': {SETTINGS.gpu!r}, but the GPU here is {DETECTED.name} ({DETECTED.slug}): its timings "
+        f"would be archived under another GPU's name; leave 'gpu' null or run on that GPU"
+    )
+if SETTINGS.gpu_arch and DETECTED and SETTINGS.gpu_arch != DETECTED.arch:
+    raise fb_config.ConfigError(
+        f"config key 'gpu_arch': {SETTINGS.gpu_arch!r}, but the GPU here ({DETECTED.name}) is {DETECTED.arch}"
+    )
 GPU_MODE = GPU_SLUG is not None
 ARCHS = SETTINGS.archs + ([GPU_ARCH] if GPU_MODE and GPU_ARCH not in SETTINGS.archs else [])
 # The profile stage runs where Nsight Compute is found (config `ncu`), and only with a GPU.
@@ -56,6 +65,7 @@ if not GPU_MODE:
 PACKAGE = Path("workflow/flashbench")
 KERNEL_HEADERS = sorted(str(p) for p in Path("kernels").glob("*.cuh"))
 REPORT_TEMPLATE = "workflow/templates/report.md.j2"
+ALL_BUILT = ancient("build/all-built")  # see rule all_built
 
 
 wildcard_constraints:

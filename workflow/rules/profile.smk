@@ -8,7 +8,8 @@ if PROFILE:
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
             source=lambda w: KERNELS[w.kernel].source,
-            code=package_modules("profile", "launch", "gpu", "cli"),
+            builds=ALL_BUILT,
+            code=package_modules("profile", "launch", "gpu", "gpulock", "cli"),
         output:
             f"results/{GPU_SLUG}/profile/{{kernel}}.json",
         log:

@@ -7,10 +7,11 @@ if GPU_MODE and SETTINGS.sweep:
         steps=SETTINGS.sweep["steps"],
         repeats=SETTINGS.sweep["repeats"],
         warmup=SETTINGS.sweep["warmup"],
+        graph_replays=SETTINGS.sweep["graph_replays"],
     )
     SWEEP_ARGS = (
         "--check {input.check} --shapes {params.shapes:q} --steps {params.steps} --repeats {params.repeats}"
-        " --warmup {params.warmup} --out {output} 2>&1 | tee {log}"
+        " --warmup {params.warmup} --graph-replays {params.graph_replays} --out {output} 2>&1 | tee {log}"
     )
 
     rule sweep_kernel:
@@ -18,7 +19,8 @@ if GPU_MODE and SETTINGS.sweep:
             cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
             record=f"build/{GPU_ARCH}/{{kernel}}.json",
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
-            code=package_modules("timing", "launch", "peers", "gpu", "cli"),
+            builds=ALL_BUILT,
+            code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
         output:
             f"results/{GPU_SLUG}/sweep/{{kernel}}.json",
         log:
@@ -33,7 +35,8 @@ if GPU_MODE and SETTINGS.sweep:
     rule sweep_peer:
         input:
             check=f"results/{GPU_SLUG}/check/{{peer}}.json",
-            code=package_modules("timing", "launch", "peers", "gpu", "cli"),
+            builds=ALL_BUILT,
+            code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
         output:
             f"results/{GPU_SLUG}/sweep/{{peer}}.json",
         log:

@@ -1,0 +1,109 @@
+"""One GPU job at a time, whatever Snakemake's flags: an inter-process lock per GPU (keyed on its PCI
+bus id) in a folder every run on the machine shares.
+
+Every stage that touches a GPU (check, bench, sweep, profile, the GPU tests) holds its lock
+exclusively; a compile holds every GPU's lock shared, so builds run beside each other but never
+beside a timing. Two runs from two checkouts, or a run and the GPU tests, queue on the same file.
+A process started by the holder (ncu's profiled launch) is marked by FLASHBENCH_GPU_LOCK_HELD and
+does not take the lock again. Each hold is appended to a journal beside the lock, so that overlaps
+can be looked for afterwards (`overlapping`).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+HELD = "FLASHBENCH_GPU_LOCK_HELD"
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get("FLASHBENCH_LOCK_DIR") or tempfile.gettempdir())
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """'0000:19:00.0' (CUDA) and '00000000:19:00.0' (NVML, nvidia-smi) -> '0000:19:00.0'."""
+    m = re.fullmatch(r"(?:([0-9a-fA-F]+):)?([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])", bus_id.strip())
+    if m is None:
+        raise ValueError(f"not a PCI bus id: {bus_id!r}")
+    domain, bus, device, function = m.groups()
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
+
+
+def lock_path(bus_id: str) -> Path:
+    return lock_dir() / f"flashbench-gpu-{normalize_bus_id(bus_id).replace(':', '-')}.lock"
+
+
+def journal_path(bus_id: str) -> Path:
+    return lock_path(bus_id).with_suffix(".journal")
+
+
+@contextmanager
+def hold(bus_id: str, what: str, exclusive: bool = True, progress=print):
+    """Hold the lock of the GPU at `bus_id` for `what` (a stage's description); waits, saying so."""
+    key = normalize_bus_id(bus_id)
+    if key in os.environ.get(HELD, "").split(","):  # our parent holds it for us
+        yield
+        return
+    path = lock_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    holder = path.with_suffix(".holder")
+    try:
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            busy = holder.read_text().strip() if holder.exists() else "another job"
+            progress(f"waiting for the GPU at {key}: held by {busy}")
+            fcntl.flock(fd, mode)
+        acquired = time.time()
+        if exclusive:
+            holder.write_text(f"pid {os.getpid()}: {what}\n")
+        previous = os.environ.get(HELD)
+        os.environ[HELD] = ",".join(filter(None, [previous, key]))
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop(HELD, None)
+            else:
+                os.environ[HELD] = previous
+            entry = {"pid": os.getpid(), "what": what, "exclusive": exclusive, "acquired": acquired,
+                     "released": time.time()}
+            with open(journal_path(key), "a") as journal:
+                journal.write(json.dumps(entry) + "\n")
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextmanager
+def hold_shared(bus_ids: list[str], what: str, progress=print):
+    """Hold every GPU's lock shared (a compile: beside other compiles, never beside a GPU job)."""
+    with ExitStack() as stack:
+        for bus_id in sorted(normalize_bus_id(b) for b in bus_ids):
+            stack.enter_context(hold(bus_id, what, exclusive=False, progress=progress))
+        yield
+
+
+def read_journal(bus_id: str) -> list[dict]:
+    path = journal_path(bus_id)
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def overlapping(entries: list[dict]) -> list[tuple[dict, dict]]:
+    """Pairs of holds that overlapped in time where one of them was exclusive (which the lock forbids)."""
+    pairs = []
+    ordered = sorted(entries, key=lambda e: e["acquired"])
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1:]:
+            if b["acquired"] >= a["released"]:
+                break
+            if a["exclusive"] or b["exclusive"]:
+                pairs.append((a, b))
+    return pairs
