@@ -25,3 +25,20 @@ def settings():
 def needs_nvcc():
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")
+
+
+@pytest.fixture(scope="session")
+def gpu_held():
+    """The GPU's lock for the whole test session: no pipeline run times beside the GPU tests."""
+    import cupy as cp
+
+    from flashbench import gpulock
+
+    with gpulock.hold(cp.cuda.Device().pci_bus_id, "GPU tests"):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _hold_the_gpu_in_gpu_tests(request):
+    if request.node.get_closest_marker("gpu"):
+        request.getfixturevalue("gpu_held")

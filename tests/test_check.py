@@ -1,63 +1,205 @@
-"""The correctness check's logic on CPU: NumPy stands in for CuPy, small Python implementations for kernels."""
+"""The correctness check on CPU: NumPy stands in for CuPy, small Python implementations for kernels,
+and planted defects must fail at the small shapes and at the write-up's case."""
+import math
 import types
 
 import numpy as np
+import pytest
 
-from flashbench import attention
-from flashbench.check import check_kernel
+from flashbench import NoKernelForShape, attention
+from flashbench.check import Gate, check_kernel, check_shape
 from flashbench.config import Shape
 
 NUMPY_AS_CUPY = types.SimpleNamespace(
     **{name: getattr(np, name) for name in dir(np) if not name.startswith("_")},
     cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(deviceSynchronize=lambda: None, CUDARuntimeError=RuntimeError),
                                driver=types.SimpleNamespace(CUDADriverError=RuntimeError)))
+GATE = Gate(factor=2.0, tolerance=5e-3)
+BLOCK = 64  # the rows of one block, and the keys of one key tile, of the implementations below
+
+
+def flash_like(q, k, v, scale=None, key_tiles_skipped=0):
+    """Attention as the kernels compute it: fp32 logits, exp2 with a running maximum per key tile, P
+    rounded to fp16 before PV, one normalisation at the end, fp16 out. `key_tiles_skipped`: leave out
+    the last key tiles (a planted defect)."""
+    S, D = k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    logits = np.matmul(q.astype(np.float32), k.astype(np.float32).swapaxes(-1, -2)) * np.float32(scale * attention.LOG2E)
+    m = np.full(q.shape[:-1] + (1,), -np.inf, np.float32)
+    l, o = np.zeros_like(m), np.zeros(q.shape, np.float32)
+    for j in range(0, S - BLOCK * key_tiles_skipped, BLOCK):
+        tile = logits[..., j:j + BLOCK]
+        m_new = np.maximum(m, tile.max(-1, keepdims=True))
+        p, alpha = np.exp2(tile - m_new), np.exp2(m - m_new)
+        l = l * alpha + p.sum(-1, keepdims=True)
+        o = o * alpha + p.astype(np.float16).astype(np.float32) @ v[..., j:j + BLOCK, :].astype(np.float32)
+        m = m_new
+    return (o / l).astype(np.float16)
 
 
 class Implementation:
-    """Attention in fp16 by NumPy, limited to S <= max_seq_len; `mode` breaks it on purpose."""
+    """A flash-like NumPy kernel; `defect` plants one bug: zero_row, missing_key_tile (one block of one
+    head never sees its last key tile), scale (1% too large), unwritten_tile (one block left NaN)."""
 
-    def __init__(self, max_seq_len=4096, mode="right"):
-        self.name, self.cp, self.max_seq_len, self.mode = "numpy", NUMPY_AS_CUPY, max_seq_len, mode
+    skips_unsupported = False
+    smallest_seq_len = BLOCK
+
+    def __init__(self, defect=None, max_seq_len=None, name="numpy"):
+        self.name, self.cp, self.defect, self.max_seq_len = name, NUMPY_AS_CUPY, defect, max_seq_len
 
     def supports(self, shape):
-        return f"S={shape.S} is above its max_seq_len" if shape.S > self.max_seq_len else None
+        if self.max_seq_len and shape.S > self.max_seq_len:
+            return f"S={shape.S} is above its max_seq_len"
+        return None if shape.S % BLOCK == 0 else f"S={shape.S} is not a multiple of {BLOCK}"
 
-    def inputs(self, shape, rng):
-        return attention.random_inputs(self.cp, shape, rng)
+    def inputs(self, shape, rng, kind="normal"):
+        return attention.random_inputs(self.cp, shape, rng, kind)
 
     def __call__(self, q, k, v, o):
-        if self.mode == "unwritten":
-            return o  # still NaN-poisoned
-        out = attention.reference(q, k, v, np).astype(np.float16)
-        if self.mode == "wrong":
-            out[..., 0, :] += 1.0
-        o[...] = out
+        scale = 1.01 / math.sqrt(q.shape[-1]) if self.defect == "scale" else None
+        o[...] = flash_like(q, k, v, scale)
+        plant(self.defect, q, k, v, o)
         return o
 
 
-SHAPES = [Shape(1, 2, 128, 128), Shape(2, 1, 256, 128)]
+def plant(defect, q, k, v, o):
+    """Plant one bug into a correct output `o` (in place); the place is the middle head, second block."""
+    B, H, S, D = q.shape
+    h, rows = H // 2, slice(BLOCK, 2 * BLOCK) if S >= 2 * BLOCK else slice(0, BLOCK)
+    if defect == "zero_row":
+        o[0, h, rows.start + 3] = 0
+    elif defect == "missing_key_tile":
+        o[0, h, rows] = flash_like(q[0, h, rows], k[0, h], v[0, h], key_tiles_skipped=1)
+    elif defect == "unwritten_tile":
+        o[0, h, rows] = attention.poisoned_output(np, Shape(1, 1, BLOCK, D))[0, 0]
 
 
-def check(impl):
-    return check_kernel(impl, SHAPES, 1e-2, progress=lambda m: None)
+DEFECTS = ("zero_row", "missing_key_tile", "scale", "unwritten_tile")
+SMALL = [Shape(1, 3, 128, 128), Shape(3, 5, 64, 128)]
 
 
-def test_a_right_implementation_passes_on_fresh_inputs():
-    result = check(Implementation())
-    assert result["passed"] and [r["passed"] for r in result["shapes"]] == [True, True]
-    assert 0 < result["shapes"][0]["rel_error"] < 1e-2
-    assert result["shapes"][0]["seed"] != result["shapes"][1]["seed"]
+def test_a_right_implementation_passes_every_input_kind_on_fresh_inputs():
+    result = check_kernel(Implementation(), SMALL, GATE, progress=lambda m: None)
+    assert result["passed"], result["reason"]
+    assert len(result["shapes"]) == len(SMALL) * len(attention.INPUT_KINDS)
+    assert {r["inputs"] for r in result["shapes"]} == set(attention.INPUT_KINDS)
+    for r in result["shapes"]:
+        assert 0 < r["margin"] < 0.6  # well inside: a correct kernel is closer than plain fp16
+        assert r["max_abs_error"] <= r["yardstick_max_abs_error"] and r["worst_row_rel_error"] > 0
+    assert len({r["seed"] for r in result["shapes"]}) == len(result["shapes"])
 
 
-def test_wrong_or_unwritten_output_fails():
-    wrong = check(Implementation(mode="wrong"))
-    assert not wrong["passed"] and "relative error" in wrong["reason"]
-    unwritten = check(Implementation(mode="unwritten"))
-    assert not unwritten["passed"] and "NaN/Inf elements" in unwritten["reason"]
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_a_planted_defect_fails_at_the_small_shapes(defect):
+    for shape in SMALL:
+        result = check_kernel(Implementation(defect), [shape], GATE, kinds=["normal"], progress=lambda m: None)
+        assert not result["passed"], (defect, shape, result["shapes"])
+        reason = result["reason"]  # a block with no key tile left divides 0 by 0: NaN
+        assert "NaN/Inf" in reason or (defect != "unwritten_tile" and "plain fp16" in reason), reason
 
 
-def test_a_shape_beyond_an_implementations_limit_is_not_checked_and_does_not_fail():
-    result = check(Implementation(max_seq_len=128))
-    assert result["passed"]
-    assert result["shapes"][1]["passed"] is None and result["shapes"][1]["reason"].startswith("not checked: S=256")
-    assert not check(Implementation(max_seq_len=64))["passed"]  # nothing checked at all is no pass
+@pytest.fixture(scope="module")
+def at_the_case():
+    """The write-up's case on normal inputs: its reference, yardstick and a correct output (the
+    reference rounded to fp16: flash_like at this size is slow in NumPy), once."""
+    shape = Shape(1, 64, 1024, 128)
+    q, k, v, _ = attention.random_inputs(np, shape, np.random.default_rng(7))
+    ref = attention.reference(q, k, v, np)
+    yardstick = attention.errors(attention.plain_fp16(q, k, v, np), ref, np)
+    return q, k, v, ref, yardstick, ref.astype(np.float16)
+
+
+def judge(out, ref, yardstick):
+    return GATE.judge(attention.errors(out, ref, np), yardstick, float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_a_planted_defect_fails_at_the_writeups_case(at_the_case, defect):
+    q, k, v, ref, yardstick, good = at_the_case
+    if defect == "scale":  # the fp32 reference of logits 1% too large, rounded to fp16
+        out = attention.reference(q.astype(np.float32) * 1.01, k, v, np).astype(np.float16)
+    else:
+        out = good.copy()
+        plant(defect, q, k, v, out)
+    verdict = judge(out, ref, yardstick)
+    assert not verdict["passed"], verdict
+    if defect != "unwritten_tile":
+        assert verdict["margin"] > 2  # not a near miss: the gate sees it plainly
+
+
+def test_the_right_output_passes_at_the_writeups_case(at_the_case):
+    q, k, v, ref, yardstick, good = at_the_case
+    verdict = judge(good, ref, yardstick)
+    assert verdict["passed"] and verdict["margin"] < 0.5, verdict
+
+
+@pytest.mark.parametrize("metric", ["max_abs_error", "worst_row_rel_error", "rel_error"])
+def test_an_error_just_over_a_threshold_fails_and_just_under_passes(metric):
+    yardstick = {"max_abs_error": 1e-3, "worst_row_rel_error": 2e-3, "rel_error": 7e-4, "nonfinite": 0}
+    thresholds = GATE.thresholds(yardstick, ref_max_abs=0.5)
+    calm = {m: 0.1 * t for m, t in thresholds.items()} | {"nonfinite": 0}
+    assert not GATE.judge(calm | {metric: thresholds[metric] * 1.001}, yardstick, 0.5)["passed"]
+    assert GATE.judge(calm | {metric: thresholds[metric] * 0.999}, yardstick, 0.5)["passed"]
+
+
+def test_one_row_just_over_its_bound_fails_end_to_end(at_the_case):
+    q, k, v, ref, yardstick, good = at_the_case
+    good = good.astype(np.float32)
+    bound = GATE.thresholds(yardstick, float(np.abs(ref).max()))["worst_row_rel_error"]
+    row = ref[0, 11, 500]
+    direction = np.random.default_rng(1).standard_normal(128).astype(np.float32)
+    direction *= np.linalg.norm(row) / np.linalg.norm(direction)
+    for size, passes in ((1.05, False), (0.9, True)):  # relative error of that row: size x its bound
+        out = good.copy()
+        out[0, 11, 500] = row + size * bound * direction
+        assert judge(out, ref, yardstick)["passed"] is passes, size
+
+
+def test_nan_anywhere_fails():
+    ref = np.ones((1, 1, 4, 128), dtype=np.float32)
+    out = ref.copy()
+    out[0, 0, 2, 5] = np.nan
+    verdict = GATE.judge(attention.errors(out, ref, np), attention.errors(ref, ref, np), 1.0)
+    assert not verdict["passed"] and "1 NaN/Inf" in verdict["reason"]
+
+
+def test_the_reference_works_out_its_own_scale_from_d():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 64, 64)).astype(np.float16) for _ in range(3))
+    logits = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) / 8.0  # 1/sqrt(64)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    expected = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+    assert np.abs(attention.reference(q, k, v, np) - expected).max() < 1e-5
+
+
+def test_a_kernel_must_run_every_configured_shape_a_peer_may_skip_one():
+    kernel = check_kernel(Implementation(max_seq_len=64), SMALL, GATE, kinds=["normal"], progress=lambda m: None)
+    assert not kernel["passed"] and "a configured shape it cannot run" in kernel["reason"]
+    peer = Implementation(max_seq_len=64, name="peer")
+    peer.skips_unsupported = True
+    result = check_kernel(peer, SMALL, GATE, kinds=["normal"], progress=lambda m: None)
+    assert result["passed"] and result["shapes"][0]["reason"].startswith("not checked: S=128")
+
+
+def test_no_kernel_for_a_shape_is_a_skip_anything_else_stops_the_check():
+    class NoKernel(Implementation):
+        def __call__(self, q, k, v, o):
+            raise NoKernelForShape("torch has no cudnn kernel for these inputs")
+
+    skipped = check_shape(NoKernel(), SMALL[0], GATE, seed=1)
+    assert skipped["passed"] is None and skipped["reason"].startswith("not checked: torch has no")
+
+    class OutOfMemory(Implementation):
+        def __call__(self, q, k, v, o):
+            from flashbench import FlashbenchError
+            raise FlashbenchError("torch failed running sdpa_cudnn: CUDA out of memory")
+
+    from flashbench import FlashbenchError
+    with pytest.raises(FlashbenchError, match="out of memory"):
+        check_shape(OutOfMemory(), SMALL[0], GATE, seed=1)
+
+
+def test_each_kernel_is_also_checked_at_its_smallest_s_with_an_odd_head_count():
+    result = check_kernel(Implementation(), [Shape(1, 2, 128, 128)], GATE, kinds=["normal"], smallest=(3, 5),
+                          progress=lambda m: None)
+    assert [(r["B"], r["H"], r["S"]) for r in result["shapes"]] == [(1, 2, 128), (3, 5, BLOCK)]

@@ -55,14 +55,36 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     proc = snakemake(checkout, "-n", *H200, env=with_ncu)
     assert proc.returncode == 0, proc.stderr
     n, peers = len(settings.kernels), len(settings.peers)
-    assert job_counts(proc.stdout) == {"compile_kernel": 2 * n, "check_kernel": n, "bench_kernel": n, "sweep_kernel": n,
-                                       "profile_kernel": n, "check_peer": peers, "bench_peer": peers,
+    assert job_counts(proc.stdout) == {"compile_kernel": 2 * n, "all_built": 1, "check_kernel": n, "bench_kernel": n,
+                                       "sweep_kernel": n, "profile_kernel": n, "check_peer": peers, "bench_peer": peers,
                                        "sweep_peer": peers, "summarize": 1, "render_report": 1, "report": 1}
-    for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
-        assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
-        assert f"results/nvidia-h200/sweep/{name}.json" in proc.stdout
-    assert "results/nvidia-h200/profile/v12.json" in proc.stdout
-    assert "reports/nvidia-h200/report.md" in proc.stdout and "reports/nvidia-h200/sweep.png" in proc.stdout
+
+
+def a_gpu_here(tmp_path, line="NVIDIA H200, 9.0, 00000000:19:00.0"):
+    """An environment whose nvidia-smi (a stub) reports one GPU."""
+    stub = tmp_path / "smi" / "nvidia-smi"
+    stub.parent.mkdir()
+    stub.write_text(f"#!/bin/sh\necho '{line}'\n")
+    stub.chmod(0o755)
+    return {**os.environ, "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_a_configured_gpu_that_is_not_the_one_here_is_an_error_before_any_job(checkout, tmp_path):
+    env = a_gpu_here(tmp_path)
+    proc = snakemake(checkout, "-n", "--config", "gpu=nvidia-b300", env=env)
+    assert proc.returncode != 0
+    assert "config key 'gpu': 'nvidia-b300', but the GPU here is NVIDIA H200 (nvidia-h200)" in proc.stdout + proc.stderr
+    assert "Job stats" not in proc.stdout
+    assert snakemake(checkout, "-n", "--config", "gpu=nvidia-h200", env=env).returncode == 0
+
+
+def test_every_gpu_job_waits_for_every_build(checkout, settings):
+    proc = snakemake(checkout, "-n", "-c1", *H200)
+    assert proc.returncode == 0, proc.stderr
+    jobs = re.findall(r"^rule (\w+):", proc.stdout, re.M)
+    gpu_jobs = [i for i, rule in enumerate(jobs) if rule.startswith(("check_", "bench_", "sweep_", "profile_"))]
+    builds = [i for i, rule in enumerate(jobs) if rule == "compile_kernel"]
+    assert len(builds) == 2 * len(settings.kernels) and gpu_jobs and max(builds) < min(gpu_jobs)
 
 
 def test_without_ncu_the_profile_is_skipped_and_said_so(checkout, settings, with_ncu):
@@ -155,7 +177,7 @@ def test_without_a_gpu_a_gpu_stage_fails_at_once(checkout, target):
 @pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
 def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--cubin", "x", "--record", "y",
-                           "--out", str(tmp_path / "o.json"), "--shapes", "[]", "--tolerance", "0.01"],
+                           "--out", str(tmp_path / "o.json"), "--shapes", "[]", "--factor", "2", "--tolerance", "0.01"],
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: no NVIDIA GPU found")

@@ -1,0 +1,79 @@
+"""One GPU job at a time: the per-GPU lock across processes, shared holds for builds, the journal."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from flashbench import gpulock
+
+BUS = "00000000:19:00.0"
+HOLD = """
+import sys, time
+from flashbench import gpulock
+with gpulock.hold(sys.argv[1], sys.argv[2], exclusive=sys.argv[3] == "x", progress=lambda m: print(m, flush=True)):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[4]))
+"""
+
+
+@pytest.fixture(autouse=True)
+def lock_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHBENCH_LOCK_DIR", str(tmp_path))
+    monkeypatch.delenv(gpulock.HELD, raising=False)
+
+
+def holder(what, mode, seconds):
+    """Another process holding the lock; returns once it holds it."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, BUS, what, mode, str(seconds)], stdout=subprocess.PIPE,
+                            text=True, env=os.environ)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_bus_ids_of_cuda_and_nvml_name_one_lock():
+    assert gpulock.normalize_bus_id("0000:19:00.0") == gpulock.normalize_bus_id(BUS) == "0000:19:00.0"
+    assert gpulock.lock_path("0000:19:00.0") == gpulock.lock_path(BUS)
+    with pytest.raises(ValueError):
+        gpulock.normalize_bus_id("GPU-1234")
+
+
+def test_a_second_gpu_job_waits_for_the_first_and_says_for_whom():
+    first = holder("bench v13", "x", 1.0)
+    said = []
+    start = time.time()
+    with gpulock.hold(BUS, "check v12", progress=said.append):
+        waited = time.time() - start
+    first.wait()
+    assert waited > 0.5
+    assert said and "held by pid" in said[0] and "bench v13" in said[0]
+    assert gpulock.overlapping(gpulock.read_journal(BUS)) == []
+    assert [e["what"] for e in gpulock.read_journal(BUS)] == ["bench v13", "check v12"]
+
+
+def test_builds_share_the_lock_with_each_other_but_not_with_a_gpu_job():
+    build = holder("compile v11 sm_90", "s", 1.0)
+    start = time.time()
+    with gpulock.hold_shared([BUS], "compile v12 sm_90", progress=lambda m: None):
+        assert time.time() - start < 0.5  # beside the other build at once
+    with gpulock.hold(BUS, "bench v11", progress=lambda m: None):
+        assert time.time() - start > 0.5  # the timing waited for the build
+    build.wait()
+    journal = gpulock.read_journal(BUS)
+    assert len(journal) == 3 and gpulock.overlapping(journal) == []
+
+
+def test_a_process_started_by_the_holder_does_not_take_the_lock_again():
+    with gpulock.hold(BUS, "profile v13", progress=lambda m: None):
+        child = subprocess.run([sys.executable, "-c", HOLD, BUS, "launch-once v13", "x", "0"], capture_output=True,
+                               text=True, timeout=20, env=os.environ)
+    assert child.returncode == 0 and child.stdout.strip() == "held"
+
+
+def test_overlapping_finds_exclusive_holds_that_overlapped():
+    a = {"what": "a", "exclusive": True, "acquired": 0.0, "released": 2.0}
+    b = {"what": "b", "exclusive": True, "acquired": 1.0, "released": 3.0}
+    c = {"what": "c", "exclusive": False, "acquired": 3.5, "released": 4.0}
+    d = {"what": "d", "exclusive": False, "acquired": 3.6, "released": 4.5}
+    assert gpulock.overlapping([a, b, c, d]) == [(a, b)]

@@ -1,0 +1,64 @@
+"""Records that belong together: one GPU, PCI bus id and driver per archive, and what is timed,
+swept and profiled is the cubin that passed its check."""
+import json
+import types
+
+import pytest
+
+from flashbench import FlashbenchError
+from flashbench.cli import _same_as_checked, main
+from flashbench.files import read_json, write_json
+from flashbench.summary import summarize
+
+import records
+
+TFLOPS = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
+
+
+def gather(paths):
+    return summarize(records.KERNELS + records.PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90",
+                     records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS)
+
+
+def edit(path, change):
+    record = read_json(path)
+    change(record)
+    write_json(path, record)
+
+
+@pytest.mark.parametrize("field, value", [("gpu", "NVIDIA H100 80GB HBM3"), ("pci_bus_id", "0000:2a:00.0"),
+                                          ("driver", "575.0")])
+def test_summarize_refuses_records_from_another_gpu_bus_or_driver(tmp_path, field, value):
+    paths = records.write(tmp_path, TFLOPS)
+    gather(paths)  # one GPU: fine
+    edit(paths["benches"][2], lambda r: r["provenance"].update({field: value}))
+    with pytest.raises(FlashbenchError, match="more than one GPU, PCI bus id or driver"):
+        gather(paths)
+
+
+def test_summarize_refuses_a_timing_of_another_cubin_than_the_one_built(tmp_path):
+    paths = records.write(tmp_path, TFLOPS)
+    edit(paths["benches"][1], lambda r: r.update(cubin_sha256="f" * 64))
+    with pytest.raises(FlashbenchError, match="bench/v12 names cubin ffffffffffff"):
+        gather(paths)
+
+
+def test_what_is_timed_must_be_what_passed_its_check():
+    kernel = types.SimpleNamespace(name="v13", identity={"cubin_sha256": "a" * 64})
+    _same_as_checked(kernel, {"cubin_sha256": "a" * 64})
+    with pytest.raises(FlashbenchError, match="v13 is not what passed its check: cubin_sha256 a+ \\(checked: b+\\)"):
+        _same_as_checked(kernel, {"cubin_sha256": "b" * 64})
+    peer = types.SimpleNamespace(name="sdpa_cudnn", identity={"torch": "2.12.0", "cudnn": "91900", "backend": "cudnn"})
+    with pytest.raises(FlashbenchError, match="torch 2.12.0 \\(checked: 2.11.0\\)"):
+        _same_as_checked(peer, {"torch": "2.11.0", "cudnn": "91900", "backend": "cudnn"})
+
+
+def test_profile_refuses_a_cubin_other_than_the_checked_one(tmp_path, capsys):
+    paths = records.write(tmp_path, TFLOPS)
+    check, record = paths["checks"][2], tmp_path / "build" / "sm_90" / "v13.json"
+    edit(check, lambda r: r.update(cubin_sha256="c" * 64))
+    out = tmp_path / "profile.json"
+    assert main(["profile", "--ncu", "ncu", "--cubin", "v13.cubin", "--record", str(record), "--check", str(check),
+                 "--source", "kernels/v13.cu", "--shape", json.dumps(records.CASE), "--out", str(out)]) == 1
+    assert "is not the cubin that passed v13's check" in capsys.readouterr().err
+    assert not out.exists()
