@@ -194,3 +194,39 @@ def test_without_a_sweep_in_config_the_rest_still_runs(checkout):
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc.stdout)
     assert "sweep_kernel" not in counts and "sweep_peer" not in counts and counts["summarize"] == 1
+
+
+SLURM_PROFILE = ROOT / "workflow" / "profiles" / "slurm" / "config.yaml"
+GPU_RULES = {"check_kernel", "check_peer", "bench_kernel", "bench_peer", "sweep_kernel", "sweep_peer", "profile_kernel"}
+
+
+def job_resources(stdout: str) -> dict:
+    """Each rule of a dry run's jobs, with the resources its jobs print (all its jobs alike)."""
+    resources = {}
+    for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", stdout, re.M | re.S):
+        printed = re.search(r"^\s+resources: (.*)$", body, re.M)[1]
+        resources.setdefault(rule, []).append(dict(item.split("=", 1) for item in printed.split(", ")))
+    for rule, jobs in resources.items():
+        assert all(job == jobs[0] for job in jobs), f"{rule}'s jobs ask for different resources"
+    return {rule: jobs[0] for rule, jobs in resources.items()}
+
+
+def test_the_slurm_profile_asks_one_gpu_of_one_kind_for_the_gpu_stages_alone(checkout, with_ncu):
+    """A head node with no GPU: --config names the GPU, and only the GPU stages ask SLURM for one."""
+    proc = snakemake(checkout, "-n", "--workflow-profile", "workflow/profiles/slurm", *H200, env=with_ncu)
+    assert proc.returncode == 0, proc.stderr
+    assert "profiles/slurm" in proc.stderr
+    resources = job_resources(proc.stdout)
+    asking_a_gpu = {rule for rule, r in resources.items() if "gpu" in r or "gpu_model" in r or "gres" in r}
+    assert asking_a_gpu == GPU_RULES
+    for rule in GPU_RULES:
+        assert (resources[rule]["gpu"], resources[rule]["gpu_model"]) == ("1", "h200"), rule
+        assert resources[rule]["slurm_partition"] == "gpu"
+    for rule in ("compile_kernel", "summarize", "render_report"):
+        assert resources[rule]["slurm_partition"] == "cpu"
+
+    import yaml
+
+    profile = yaml.safe_load(SLURM_PROFILE.read_text())
+    assert profile["executor"] == "slurm"
+    assert set(profile["set-resources"]) == GPU_RULES  # every entry names a GPU rule: no typo goes unnoticed

@@ -1,6 +1,7 @@
 """Command line of the pipeline's stages; each Snakemake rule calls one subcommand.
 
     python -m flashbench compile | check | bench | summarize | render | rerender-archive ...
+    python -m flashbench wheelhouse --python 3.12 --platform manylinux_2_28_x86_64 DIR
 
 Errors the user can act on print one line, `error: ...`, and exit 1.
 """
@@ -229,6 +230,17 @@ def cmd_rerender_archive(a) -> None:
         print(f"  {render(results, Path(a.reports_root) / results.name, a.template, results.name)}")
 
 
+def cmd_wheelhouse(a) -> None:
+    import shlex
+
+    from . import wheelhouse
+
+    wheels = wheelhouse.build(a.folder, a.python, a.platform, a.extra, a.project)
+    requirement = f".[{','.join(a.extra)}]" if a.extra else "."
+    print(f"{a.folder}: {len(wheels)} wheels for CPython {a.python} on {a.platform}. On the host, in the checkout:\n"
+          f"  {shlex.join(wheelhouse.install_command(a.folder, '-e', requirement))}")
+
+
 def cmd_require_gpu(a) -> None:
     from . import gpu
 
@@ -314,6 +326,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--reports-root", default="reports")
     r.add_argument("--template", required=True)
     r.set_defaults(run=cmd_rerender_archive)
+
+    w = sub.add_parser("wheelhouse", help="download every wheel the pipeline needs, for a host without internet")
+    w.add_argument("folder", help="where the wheels go (created if need be)")
+    w.add_argument("--python", required=True, help="the host's CPython version, e.g. 3.12")
+    w.add_argument("--platform", required=True, help="the host's wheel platform tag, e.g. manylinux_2_28_x86_64")
+    w.add_argument("--extra", action="append", default=[], help="an optional extra too (test, slurm); repeatable")
+    w.add_argument("--project", default=".", help="the repository root (default: here)")
+    w.set_defaults(run=cmd_wheelhouse)
 
     g = sub.add_parser("require-gpu", help="fail with a clear message where no GPU is found")
     g.set_defaults(run=cmd_require_gpu)
