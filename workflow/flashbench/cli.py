@@ -29,6 +29,10 @@ def cmd_compile(a) -> None:
           f"{record['smem_bytes']} B smem, {record['blocks_per_sm']} blocks/SM")
 
 
+class NotRunnableHere(FlashbenchError):
+    """A kernel built only for another GPU (e.g. sm_90a on an SM103): recorded as skipped, with why."""
+
+
 def _kernel(a):
     """The implementation a check / bench / sweep runs: a compiled kernel or a PyTorch peer."""
     from . import gpu
@@ -42,10 +46,12 @@ def _kernel(a):
         return TorchPeer(Peer(**json.loads(a.peer)))
     import cupy as cp
 
+    from .compile import not_runnable_reason, runs_on
+
     record = read_json(a.record)
     here = "sm_" + cp.cuda.Device().compute_capability
-    if record["arch"] != here:
-        raise FlashbenchError(f"{a.cubin} is built for {record['arch']} but the GPU it would run on is {here}")
+    if not runs_on(record["arch"], here):
+        raise NotRunnableHere(not_runnable_reason([record["arch"]], here))
     if sha256(a.cubin) != record["cubin_sha256"]:
         raise FlashbenchError(f"{a.cubin} is not the cubin its compile record describes: recompile it")
     return AttentionKernel(a.cubin, record)
@@ -57,8 +63,8 @@ def cmd_check(a) -> None:
 
     try:
         kernel = _kernel(a)
-    except PeerUnavailable as e:  # no torch: the peer is skipped, the run goes on
-        name = json.loads(a.peer)["name"]
+    except (PeerUnavailable, NotRunnableHere) as e:  # no torch, or not this GPU's kernel: skipped, the run goes on
+        name = json.loads(a.peer)["name"] if a.peer else read_json(a.record)["kernel"]
         write_json(a.out, {"kernel": name, "tolerance": a.tolerance, "passed": False, "skipped": str(e),
                            "reason": f"skipped: {e}", "shapes": []})
         print(f"{name}: skipped, {e}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .compile import runnable_build
 from .files import read_json
 
 SUMMARY_COLUMNS = [
@@ -64,7 +65,9 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
     rows = []
     for kernel in kernels:
         name = kernel["name"]
-        res = resources[(resources.kernel == name) & (resources.arch == gpu_arch)]
+        # the build that ran here: the GPU's own arch, or its specific target (sm_90a on sm_90)
+        arch = runnable_build(list(resources[resources.kernel == name].arch), gpu_arch) or gpu_arch
+        res = resources[(resources.kernel == name) & (resources.arch == arch)]
         res = res.iloc[0].to_dict() if len(res) else {}
         bench = benches.get(name, {})
         for shape in checks[name]["shapes"]:
@@ -74,7 +77,7 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
                 "kernel": name, "kind": kernel["kind"], "series": "check", **dims, "is_case": is_case,
                 "passed": shape["passed"], "rel_error": shape.get("rel_error"),
                 "max_abs_error": shape.get("max_abs_error"), "reason": shape.get("reason"),
-                "arch": gpu_arch, **{k: res.get(k) for k in ("registers", "smem_bytes", "blocks_per_sm")},
+                "arch": arch, **{k: res.get(k) for k in ("registers", "smem_bytes", "blocks_per_sm")},
                 "spill_bytes": (res["spill_store_bytes"] + res["spill_load_bytes"]) if res else None,
             }
             if is_case and bench.get("timed") and checks[name]["passed"]:
@@ -83,7 +86,7 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
         for point in sweeps.get(name, {}).get("points", []):
             rows.append({"kernel": name, "kind": kernel["kind"], "series": "sweep", **{d: point[d] for d in "BHSD"},
                          "is_case": False, "passed": checks[name]["passed"], "reason": point["reason"],
-                         "arch": gpu_arch, **({k: point[k] for k in TIMED} if point["timed"] else {})})
+                         "arch": arch, **({k: point[k] for k in TIMED} if point["timed"] else {})})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 

@@ -4,8 +4,8 @@ if GPU_MODE:
 
     rule check_kernel:
         input:
-            cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
-            record=f"build/{GPU_ARCH}/{{kernel}}.json",
+            cubin=gpu_build("cubin"),
+            record=gpu_build("json"),
             code=package_modules("check", "launch", "peers", "gpu", "cli"),
         output:
             f"results/{GPU_SLUG}/check/{{kernel}}.json",
