@@ -1,7 +1,14 @@
-"""nvcc builds every configured kernel for sm_90 and sm_103 (CPU only; nvcc needed)."""
+"""nvcc builds every configured kernel for sm_90 and sm_103, or for its own archs (the Hopper line:
+sm_90a), with no GPU (CPU only; nvcc needed)."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from flashbench import FlashbenchError
+from flashbench import FlashbenchError, config
 from flashbench.compile import compile_kernel
 
 from conftest import ROOT
@@ -9,21 +16,26 @@ from conftest import ROOT
 ARCHS = ["sm_90", "sm_103"]
 
 
+def kernel_archs(kernel):
+    return kernel.archs or ARCHS
+
+
 @pytest.fixture(scope="module")
 def records(settings, needs_nvcc, tmp_path_factory):
     out = tmp_path_factory.mktemp("build")
     return {(k.name, arch): compile_kernel(k.name, ROOT / k.source, arch, settings.nvcc_flags, k.defines,
                                            out / arch / f"{k.name}.cubin")
-            for k in settings.kernels for arch in ARCHS}
+            for k in settings.kernels for arch in kernel_archs(k)}
 
 
-def test_every_kernel_compiles_for_both_archs(records, settings):
-    assert set(records) == {(k.name, a) for k in settings.kernels for a in ARCHS}
+def test_every_kernel_compiles_for_its_archs(records, settings):
+    assert set(records) == {(k.name, a) for k in settings.kernels for a in kernel_archs(k)}
     for (name, arch), r in records.items():
         assert r["arch"] == arch
         assert 0 < r["registers"] <= 255
         assert r["blocks_per_sm"] >= 1, f"{name} cannot be resident on {arch}"
-        assert "-Xptxas -v" in r["command"] and f"-arch={arch}" in r["command"]
+        target = f"-gencode=arch={arch.replace('sm_', 'compute_')},code={arch}" if arch.endswith("a") else f"-arch={arch}"
+        assert "-Xptxas -v" in r["command"] and target in r["command"]
         assert "release 13." in r["nvcc"]
         assert len(r["cubin_sha256"]) == 64 and len(r["source_sha256"]) == 64
 
@@ -88,3 +100,56 @@ def test_ablations_are_compile_time_parameters_of_their_parent(settings):
     assert kernels["br128"].source == kernels["hybrid_smem"].source == kernels["v13"].source
     assert kernels["br128"].defines == {"BLOCK_ROWS": 128}
     assert kernels["hybrid_smem"].defines == {"BLOCK_ROWS": 128, "HYBRID_SMEM": 1}
+
+
+# ---- the Hopper line (sm_90a) -------------------------------------------------------------------
+
+def _cuobjdump() -> str | None:
+    """cuobjdump from PATH, else from the nvidia-cuda-cuobjdump wheel (the test extra), with its nvdisasm."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    wheel_bin = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" \
+        / "nvidia" / "cu13" / "bin"
+    return str(wheel_bin / "cuobjdump") if (wheel_bin / "cuobjdump").is_file() else None
+
+
+HOPPER = [k.name for k in config.load(ROOT / "config.yaml").kernels if k.archs and "sm_90a" in k.archs]
+
+
+@pytest.mark.parametrize("name", HOPPER)
+def test_hopper_kernels_multiply_with_wgmma(records, name):
+    """Every sm_90a kernel's SASS has HGMMA (wgmma) and no HMMA (mma.sync), and loads with TMA."""
+    cuobjdump = _cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found")
+    r = records[(name, "sm_90a")]
+    env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    cubin = r["command"].split(" -o ")[1].split()[0]
+    sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, env=env, check=True).stdout
+    assert "HGMMA." in sass and "HMMA." not in sass
+    assert "UTMALDG" in sass
+
+
+@pytest.mark.parametrize("name", HOPPER)
+def test_hopper_kernels_build_clean_with_one_block_per_sm(records, name):
+    r = records[(name, "sm_90a")]
+    assert r["spill_bytes"] == 0 and r["stack_frame_bytes"] == 0
+    assert "C7508" not in r["ptxas_report"] and "C7510" not in r["ptxas_report"]  # setmaxnreg ignored, wgmma serialized
+    assert "warning" not in r["ptxas_report"].lower()
+    assert r["static_smem_bytes"] == 0 and r["launch"]["dynamic_smem_bytes"] > 128 * 1024
+    assert [m["array"] for m in r["launch"]["tensor_maps"]] == ["q", "k", "v"]
+    assert all(m["swizzle"] == 128 and m["box"][0] * 2 <= 128 for m in r["launch"]["tensor_maps"])
+    assert r["blocks_per_sm"] == 1
+
+
+def test_v14_is_two_warpgroups_of_64_rows(records):
+    v14 = records[("v14", "sm_90a")]
+    assert v14["launch"]["threads"] == 256 and v14["launch"]["block_rows"] == 128 and v14["launch"]["block_cols"] == 128
+    # Q 32 KB + 2 stages x (K 32 + V 32) KB, the barriers, and 1 KB to align the base
+    assert v14["launch"]["dynamic_smem_bytes"] == 160 * 1024 + 56 + 1024
+
+
+def test_a_hopper_kernel_does_not_build_for_a_plain_arch(tmp_path, settings, needs_nvcc):
+    with pytest.raises(FlashbenchError, match="needs sm_90a"):
+        compile_kernel("v14", ROOT / "kernels" / "v14.cu", "sm_90", settings.nvcc_flags, {}, tmp_path / "v14.cubin")

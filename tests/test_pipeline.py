@@ -51,11 +51,16 @@ def job_counts(stdout: str) -> dict:
 H200 = ("--config", "gpu=nvidia-h200", "gpu_arch=sm_90")  # GPU mode on any machine, for dry runs
 
 
+def builds(settings, archs: int) -> int:
+    """Compile jobs: `archs` per kernel built for the global archs, one per own arch for the others."""
+    return sum(len(k.archs) if k.archs else archs for k in settings.kernels)
+
+
 def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     proc = snakemake(checkout, "-n", *H200, env=with_ncu)
     assert proc.returncode == 0, proc.stderr
     n, peers = len(settings.kernels), len(settings.peers)
-    assert job_counts(proc.stdout) == {"compile_kernel": 2 * n, "all_built": 1, "check_kernel": n, "bench_kernel": n,
+    assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "all_built": 1, "check_kernel": n, "bench_kernel": n,
                                        "sweep_kernel": n, "profile_kernel": n, "check_peer": peers, "bench_peer": peers,
                                        "sweep_peer": peers, "summarize": 1, "render_report": 1, "report": 1}
 
@@ -83,8 +88,8 @@ def test_every_gpu_job_waits_for_every_build(checkout, settings):
     assert proc.returncode == 0, proc.stderr
     jobs = re.findall(r"^rule (\w+):", proc.stdout, re.M)
     gpu_jobs = [i for i, rule in enumerate(jobs) if rule.startswith(("check_", "bench_", "sweep_", "profile_"))]
-    builds = [i for i, rule in enumerate(jobs) if rule == "compile_kernel"]
-    assert len(builds) == 2 * len(settings.kernels) and gpu_jobs and max(builds) < min(gpu_jobs)
+    compiles = [i for i, rule in enumerate(jobs) if rule == "compile_kernel"]
+    assert len(compiles) == builds(settings, 2) and gpu_jobs and max(compiles) < min(gpu_jobs)
 
 
 def test_without_ncu_the_profile_is_skipped_and_said_so(checkout, settings, with_ncu):
@@ -103,8 +108,21 @@ def test_without_ncu_the_profile_is_skipped_and_said_so(checkout, settings, with
 def test_dry_run_adds_the_gpus_own_arch(checkout, settings):
     proc = snakemake(checkout, "-n", "--config", "gpu=nvidia-gh-test", "gpu_arch=sm_100")
     assert proc.returncode == 0, proc.stderr
-    assert job_counts(proc.stdout)["compile_kernel"] == 3 * len(settings.kernels)
+    assert job_counts(proc.stdout)["compile_kernel"] == builds(settings, 3)
     assert "build/sm_100/v11.cubin" in proc.stdout
+
+
+def test_an_sm_90a_kernel_runs_its_sm_90a_build_on_sm_90_and_is_still_checked_elsewhere(checkout, settings):
+    """On an sm_90 GPU the check of an sm_90a-only kernel takes its sm_90a build; on any other GPU it takes
+    that build too (its only one), and the check stage records the kernel skipped with the reason."""
+    hopper = [k.name for k in settings.kernels if k.archs == ["sm_90a"]]
+    assert hopper, "no sm_90a-only kernel in config.yaml"
+    for gpu_args in (H200, ("--config", "gpu=nvidia-gh-test", "gpu_arch=sm_103")):
+        proc = snakemake(checkout, "-n", "-p", "check", *gpu_args)
+        assert proc.returncode == 0, proc.stderr
+        for name in hopper:
+            assert f"--cubin build/sm_90a/{name}.cubin --record build/sm_90a/{name}.json" in proc.stdout
+            assert f"build/sm_90/{name}." not in proc.stdout and f"build/sm_103/{name}." not in proc.stdout
 
 
 def _archs_here():
@@ -122,7 +140,15 @@ def test_one_kernel_edit_reruns_only_its_jobs(checkout, source, kernels):
 
 @pytest.fixture
 def measured_checkout(checkout):
-    """A checkout with every kernel built and the H200 archive in place, newer than the builds."""
+    """A checkout with every kernel built and the H200 archive in place, newer than the builds. Kernels
+    the archive has no records of (added to config since that run) are left out of `versions`."""
+    import yaml
+
+    text = (checkout / "config.yaml").read_text()
+    archived = {p.stem for p in (ROOT / "results" / "nvidia-h200" / "check").glob("*.json")}
+    versions = [name for name in yaml.safe_load(text)["versions"] if name in archived]
+    text = re.sub(r"^versions: \[.*\]$", f"versions: [{', '.join(versions)}]", text, count=1, flags=re.M)
+    (checkout / "config.yaml").write_text(text)
     assert snakemake(checkout, "compile", "--cores", "4", *H200).returncode == 0
     now = time.time()
     for age, pattern in enumerate(["results/nvidia-h200/*/*.json", "results/nvidia-h200/*.*", "reports/nvidia-h200/*"]):
@@ -161,7 +187,7 @@ def test_an_ablation_is_timed_again_on_request(measured_checkout):
 def test_without_a_gpu_report_compiles_and_rerenders_the_archive(checkout, settings):
     proc = snakemake(checkout, "-n")
     assert proc.returncode == 0, proc.stderr
-    assert job_counts(proc.stdout) == {"compile_kernel": 2 * len(settings.kernels), "report": 1}
+    assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "report": 1}
     assert "no GPU found" in proc.stderr
 
 

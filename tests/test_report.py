@@ -255,3 +255,26 @@ def test_a_subset_of_the_chapter_leaves_the_rest_unmeasured(tmp_path):
     summary = summary[summary.kernel.isin(["v11", "v12"])]
     said = claims.claims(summary[summary.series == "check"], resources, meta, "NVIDIA H200")
     assert [j.verdict for j in said] == ["not measured"] * 4
+
+
+def test_kernels_of_another_line_stay_out_of_the_chapter(tmp_path):
+    """A Hopper-line kernel recorded beside the chapter's (summary, resources, profile, kernels.json)
+    leaves G3's report exactly as it is: same table, findings, claims and figures' data."""
+    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0})
+    before = report.render(out, tmp_path / "before", TEMPLATE, "nvidia-h200").read_text()
+
+    def with_v14(frame):
+        v14 = frame[frame.kernel == "v13"].assign(kernel="v14")
+        if "arch" in v14:
+            v14 = v14.assign(arch=v14.arch.where(v14.arch != "sm_90", "sm_90a"))
+        return pd.concat([frame, v14], ignore_index=True)
+
+    for name in ("summary.csv", "resources.csv", "profile.csv"):
+        write_text(out / name, with_v14(pd.read_csv(out / name)).to_csv(index=False))
+    meta = json.loads((out / "kernels.json").read_text())
+    v13 = next(k for k in meta["kernels"] if k["name"] == "v13")
+    meta["kernels"].insert(5, {**v13, "name": "v14", "line": "hopper", "archs": ["sm_90a"], "change": "TMA + wgmma"})
+    write_json(out / "kernels.json", meta)
+    after = report.render(out, tmp_path / "after", TEMPLATE, "nvidia-h200").read_text()
+    assert "v14" not in after and "TMA + wgmma" not in after
+    assert after == before

@@ -35,6 +35,20 @@ def cmd_compile(a) -> None:
           f"{record['smem_bytes']} B smem, {record['blocks_per_sm']} blocks/SM")
 
 
+class NotRunnableHere(FlashbenchError):
+    """A kernel built only for another GPU (e.g. sm_90a on an SM103): recorded as skipped, with why."""
+
+
+def _runnable_here(record: dict) -> None:
+    """Raise NotRunnableHere where the GPU here cannot run this build (asked before the GPU is taken)."""
+    from . import gpu
+    from .compile import not_runnable_reason, runs_on
+
+    here = gpu.require().arch
+    if not runs_on(record["arch"], here):
+        raise NotRunnableHere(not_runnable_reason([record["arch"]], here))
+
+
 @contextmanager
 def _gpu_held(what: str):
     """This stage's hold on its GPU (the one CUDA gives it): one GPU job at a time across processes."""
@@ -49,6 +63,7 @@ def _gpu_held(what: str):
 
 def _kernel(a):
     """The implementation a check / bench / sweep / profile runs: a compiled kernel or a PyTorch peer."""
+    from .compile import runs_on
     from .launch import AttentionKernel
 
     if a.peer:
@@ -60,7 +75,7 @@ def _kernel(a):
 
     record = read_json(a.record)
     here = "sm_" + cp.cuda.Device().compute_capability
-    if record["arch"] != here:
+    if not runs_on(record["arch"], here):
         raise FlashbenchError(f"{a.cubin} is built for {record['arch']} but the GPU it would run on is {here}")
     if sha256(a.cubin) != record["cubin_sha256"]:
         raise FlashbenchError(f"{a.cubin} is not the cubin its compile record describes: recompile it")
@@ -80,8 +95,10 @@ def cmd_check(a) -> None:
     try:
         if a.peer:
             require_torch()
-    except PeerUnavailable as e:  # no torch: the peer is skipped, the run goes on, the GPU untouched
-        name = json.loads(a.peer)["name"]
+        else:
+            _runnable_here(read_json(a.record))
+    except (PeerUnavailable, NotRunnableHere) as e:  # no torch, or another GPU's kernel: skipped, the run goes on
+        name = _name(a)
         write_json(a.out, {"kernel": name, "gate": asdict(gate), "passed": False, "skipped": str(e),
                            "reason": f"skipped: {e}", "shapes": []})
         print(f"{name}: skipped, {e}")

@@ -35,8 +35,43 @@ def define_flags(defines: dict) -> list[str]:
     return [f"-D{name}={value}" for name, value in sorted(defines.items())]
 
 
+# Why a kernel built only for an arch-specific target does not run on another GPU.
+TARGET_NOTES = {
+    "sm_90a": "wgmma and TMA as used here are Hopper's; SM100/SM103's path is tcgen05",
+}
+
+
+def is_specific(arch: str) -> bool:
+    """sm_90a and the like: a target with the features of one GPU only (wgmma, setmaxnreg)."""
+    return arch.endswith("a")
+
+
+def runs_on(build_arch: str, gpu_arch: str) -> bool:
+    """Whether a cubin built for `build_arch` runs on a GPU of `gpu_arch` (sm_90a on sm_90 only)."""
+    return build_arch.removesuffix("a") == gpu_arch
+
+
+def runnable_build(archs: list[str], gpu_arch: str) -> str | None:
+    """The one of a kernel's build archs that the pipeline runs on `gpu_arch` (its own arch first), or None."""
+    return next((a for a in archs if a == gpu_arch), None) or next((a for a in archs if runs_on(a, gpu_arch)), None)
+
+
+def not_runnable_reason(archs: list[str], gpu_arch: str) -> str:
+    notes = "; ".join(TARGET_NOTES[a] for a in archs if a in TARGET_NOTES)
+    return f"built for {', '.join(archs)} only, not run on {gpu_arch}" + (f": {notes}" if notes else "")
+
+
+def arch_flags(arch: str, code: str = "sm") -> list[str]:
+    """nvcc's target flags. An arch-specific target is named by -gencode: the -arch=compute_90a
+    shorthand also runs a plain compute_90 pass, which rejects wgmma and setmaxnreg. `code`: sm (a
+    cubin) or compute (PTX only)."""
+    if is_specific(arch):
+        return [f"-gencode=arch={arch.replace('sm_', 'compute_')},code={arch.replace('sm_', code + '_')}"]
+    return [f"-arch={arch.replace('sm_', code + '_')}"]
+
+
 def cubin_command(source: Path, arch: str, flags: list[str], defines: dict, cubin: Path) -> list[str]:
-    return [nvcc(), "-cubin", f"-arch={arch}", *flags, "-Xptxas", "-v", *define_flags(defines),
+    return [nvcc(), "-cubin", *arch_flags(arch), *flags, "-Xptxas", "-v", *define_flags(defines),
             "-I", str(source.parent), "-o", str(cubin), str(source)]
 
 
@@ -53,7 +88,7 @@ def launch_contract(source: Path, arch: str, flags: list[str], defines: dict) ->
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "contract"
         # PTX only (compute_XX): ptxas is not needed to read constants off the host side.
-        _run([nvcc(), f"-arch={arch.replace('sm_', 'compute_')}", *host_flags, "-DFLASH_PRINT_LAUNCH_CONTRACT", *define_flags(defines),
+        _run([nvcc(), *arch_flags(arch, "compute"), *host_flags, "-DFLASH_PRINT_LAUNCH_CONTRACT", *define_flags(defines),
               "-I", str(source.parent), "-o", str(exe), str(source)], "building the launch-contract printer")
         out = _run([str(exe)], "running the launch-contract printer")
     try:

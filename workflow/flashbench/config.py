@@ -40,6 +40,8 @@ class Kernel:
     published_registers: int | None = None
     parent: str | None = None
     defines: dict = field(default_factory=dict)
+    archs: list[str] | None = None  # None: the global archs (and the GPU's own)
+    line: str = "g3"  # g3: the chapter's table; hopper: the sm_90a line after V13
 
 
 @dataclass(frozen=True)

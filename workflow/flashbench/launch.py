@@ -1,4 +1,8 @@
-"""Load a kernel's cubin with CuPy and launch it as its contract says."""
+"""Load a kernel's cubin with CuPy and launch it as its contract says.
+
+A contract with `tensor_maps` (the Hopper line) names the TMA tensor maps the kernel takes after its
+six common parameters: they are encoded here (once per array address and shape, not per call) and
+the kernel is launched with cuLaunchKernel, which can pass them (tensormap.py)."""
 from __future__ import annotations
 
 import math
@@ -30,6 +34,7 @@ class AttentionKernel:
         self.dynamic_smem = self.contract["dynamic_smem_bytes"]
         if record["static_smem_bytes"] + self.dynamic_smem > 48 * 1024:  # beyond the default: the opt-in
             self.function.max_dynamic_shared_size_bytes = self.dynamic_smem
+        self._params = {}
 
     def supports(self, shape: Shape) -> str | None:
         """Why the kernel cannot run `shape`, or None."""
@@ -85,6 +90,50 @@ class AttentionKernel:
     def launch(self, row_tiles: int, heads: int, q, k, v, o, seq_len: int, scale: float | None = None) -> None:
         """The raw launch: grid (row_tiles, heads), no checks (tests use it to launch wrongly on purpose).
         `scale`: the softmax scale, 1/sqrt(D) unless given."""
-        scale = attention.softmax_scale(self.contract["head_dim"]) if scale is None else scale
-        self.function((row_tiles, heads), (self.contract["threads"],),
-                      (q, k, v, o, np.int32(seq_len), np.float32(scale * LOG2E)), shared_mem=self.dynamic_smem)
+        scale_log2 = (attention.softmax_scale(self.contract["head_dim"]) if scale is None else scale) * LOG2E
+        if "tensor_maps" not in self.contract:
+            self.function((row_tiles, heads), (self.contract["threads"],),
+                          (q, k, v, o, np.int32(seq_len), np.float32(scale_log2)), shared_mem=self.dynamic_smem)
+            return
+        params = self.params(q, k, v, o, seq_len, heads, scale_log2)
+        self.cp.cuda.driver.launchKernel(self.function.ptr, row_tiles, heads, 1, self.contract["threads"], 1, 1,
+                                         self.dynamic_smem, self.cp.cuda.get_current_stream().ptr, params.ptr, 0)
+
+    def params(self, q, k, v, o, seq_len: int, heads: int, scale_log2: float):
+        """The cuLaunchKernel parameter block of a kernel that takes tensor maps, cached per array
+        addresses, shape and scale: the timed loop reuses it instead of encoding three maps per call."""
+        key = tuple(_address(a) for a in (q, k, v, o)) + (seq_len, heads, scale_log2)
+        params = self._params.get(key)
+        if params is None:
+            params = _tensor_map_params(self.contract, *key)
+            if len(self._params) >= 16:  # a sweep's shapes; an old entry is only ever reused for equal arrays
+                self._params.clear()
+            self._params[key] = params
+        return params
+
+
+def _address(a) -> int:
+    """Device address of a CuPy array, or the integer itself (tests pass raw addresses on purpose)."""
+    data = getattr(a, "data", None)
+    return int(data.ptr) if data is not None and hasattr(data, "ptr") else int(a)
+
+
+def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: int, heads: int, scale_log2: float):
+    """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order) for cuLaunchKernel. Each map
+    covers its array as the [heads * seq_len, head_dim] fp16 matrix it is, with the contract's box."""
+    import ctypes
+
+    from . import tensormap
+
+    arrays = {"q": q, "k": k, "v": v, "o": o}
+    rows, cols = heads * seq_len, contract["head_dim"]
+    maps = []
+    for spec in contract["tensor_maps"]:
+        if spec["array"] not in arrays:
+            raise FlashbenchError(f"the launch contract names a tensor map over {spec['array']!r}, not one of q, k, v, o")
+        maps.append(tensormap.encode_tiled_2d(arrays[spec["array"]], rows, cols, tuple(spec["box"]), spec["swizzle"]))
+    common = (ctypes.c_uint64(q), ctypes.c_uint64(k), ctypes.c_uint64(v), ctypes.c_uint64(o), ctypes.c_int32(seq_len),
+              ctypes.c_float(scale_log2))
+    params = tensormap.Params(*common, *(m for m, _ in maps))
+    params.owners = [owner for _, owner in maps]  # the buffers the maps live in
+    return params

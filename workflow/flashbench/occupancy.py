@@ -32,6 +32,7 @@ def _round_up(x: int, unit: int) -> int:
 
 
 def _limits(arch: str) -> SMLimits:
+    arch = arch.removesuffix("a")  # sm_90a: an sm_90 with its own features, the same SM
     if arch not in LIMITS:
         raise FlashbenchError(f"no occupancy limits known for {arch}")
     return LIMITS[arch]

@@ -208,8 +208,18 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     }
 
 
+def chapter(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict, line: str = "g3"):
+    """The chapter's kernels (config `line`, g3 where a record predates it) and the peers: the kernels of
+    another line (the Hopper versions after V13) are run and recorded beside them, but are no part
+    of G3's table, figures, claims or conclusions."""
+    kept = [k for k in meta["kernels"] if k["kind"] == "peer" or k.get("line", "g3") == line]
+    names = {k["name"] for k in kept}
+    return (summary[summary.kernel.isin(names)], resources[resources.kernel.isin(names)],
+            profile[profile.kernel.isin(names)], {**meta, "kernels": kept})
+
+
 def render(results_dir: Path | str, report_dir: Path | str, template: Path | str, slug: str) -> Path:
-    summary, resources, profile, meta = load(results_dir)
+    summary, resources, profile, meta = chapter(*load(results_dir))
     ctx = context(summary, resources, profile, meta, slug)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(template).parent)),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)

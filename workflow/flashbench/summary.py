@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import FlashbenchError
+from .compile import runnable_build
 from .files import read_json
 
 CHECK_FIGURES = (
@@ -82,7 +83,9 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
     rows = []
     for kernel in kernels:
         name = kernel["name"]
-        res = resources[(resources.kernel == name) & (resources.arch == gpu_arch)]
+        # the build that ran here: the GPU's own arch, or its specific target (sm_90a on sm_90)
+        arch = runnable_build(list(resources[resources.kernel == name].arch), gpu_arch) or gpu_arch
+        res = resources[(resources.kernel == name) & (resources.arch == arch)]
         res = res.iloc[0].to_dict() if len(res) else {}
         bench = benches.get(name, {})
         for shape in checks[name]["shapes"]:
@@ -92,7 +95,7 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
                 "kernel": name, "kind": kernel["kind"], "series": "check", **dims, "inputs": shape["inputs"],
                 "is_case": is_case, "passed": shape["passed"], "reason": shape.get("reason"),
                 **{f: shape.get(f) for f in CHECK_FIGURES},
-                "arch": gpu_arch, **{k: res.get(k) for k in ("registers", "smem_bytes", "blocks_per_sm")},
+                "arch": arch, **{k: res.get(k) for k in ("registers", "smem_bytes", "blocks_per_sm")},
                 "spill_bytes": (res["spill_store_bytes"] + res["spill_load_bytes"]) if res else None,
             }
             if is_case and shape["inputs"] == "normal" and bench.get("timed") and checks[name]["passed"]:
@@ -101,7 +104,7 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
         for point in sweeps.get(name, {}).get("points", []):
             rows.append({"kernel": name, "kind": kernel["kind"], "series": "sweep", **{d: point[d] for d in "BHSD"},
                          "inputs": "normal", "is_case": False, "passed": checks[name]["passed"],
-                         "reason": point["reason"], "arch": gpu_arch,
+                         "reason": point["reason"], "arch": arch,
                          **({k: point[k] for k in TIMED} | _clocks(point) if point["timed"] else {})})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 

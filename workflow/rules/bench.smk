@@ -4,8 +4,8 @@ if GPU_MODE:
 
     rule bench_kernel:
         input:
-            cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
-            record=f"build/{GPU_ARCH}/{{kernel}}.json",
+            cubin=gpu_build("cubin"),
+            record=gpu_build("json"),
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
             builds=ALL_BUILT,
             code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),

@@ -16,8 +16,8 @@ if GPU_MODE:
 
     rule check_kernel:
         input:
-            cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
-            record=f"build/{GPU_ARCH}/{{kernel}}.json",
+            cubin=gpu_build("cubin"),
+            record=gpu_build("json"),
             builds=ALL_BUILT,
             code=package_modules("check", "launch", "peers", "gpu", "gpulock", "cli"),
         output:

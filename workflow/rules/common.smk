@@ -69,7 +69,7 @@ ALL_BUILT = ancient("build/all-built")  # see rule all_built
 
 
 wildcard_constraints:
-    arch="sm_[0-9]+",
+    arch="sm_[0-9]+a?",
     kernel="|".join(KERNELS),
     peer="|".join(PEERS) or "(?!)",
     gpu="[a-z0-9][a-z0-9-]*",
@@ -93,8 +93,26 @@ def package_modules(*names):
     return sorted(str(PACKAGE / f"{n}.py") for n in seen)
 
 
+def kernel_archs(name):
+    """What a kernel is built for: its own `archs` in config, else every arch in ARCHS."""
+    return KERNELS[name].archs or ARCHS
+
+
+def gpu_build(ext):
+    """Input function of the GPU stages: build/<arch>/<kernel>.<ext> of the kernel's build that runs on
+    this GPU (sm_90a's on an sm_90). A kernel with no such build gets its first one, whose record the
+    check stage turns into a skip with the reason (and bench, sweep and profile follow the check)."""
+    from flashbench.compile import runnable_build
+
+    def build(w):
+        archs = kernel_archs(w.kernel)
+        return f"build/{runnable_build(archs, GPU_ARCH) or archs[0]}/{w.kernel}.{ext}"
+
+    return build
+
+
 def compile_records():
-    return expand("build/{arch}/{kernel}.json", arch=ARCHS, kernel=KERNELS)
+    return [f"build/{arch}/{name}.json" for name in KERNELS for arch in kernel_archs(name)]
 
 
 ABLATIONS = [name for name, k in KERNELS.items() if k.kind == "ablation"]
@@ -105,7 +123,7 @@ def ablation_outputs(name):
     and profile, then the report. Other kernels' jobs run only where the report needs them redone
     (their source changed too)."""
     return (
-        expand("build/{arch}/{kernel}.{ext}", arch=ARCHS, kernel=name, ext=("cubin", "json"))
+        expand("build/{arch}/{kernel}.{ext}", arch=kernel_archs(name), kernel=name, ext=("cubin", "json"))
         + [f"results/{GPU_SLUG}/check/{name}.json", f"results/{GPU_SLUG}/bench/{name}.json"]
         + report_outputs(GPU_SLUG)
     )

@@ -4,8 +4,8 @@ if PROFILE:
 
     rule profile_kernel:
         input:
-            cubin=f"build/{GPU_ARCH}/{{kernel}}.cubin",
-            record=f"build/{GPU_ARCH}/{{kernel}}.json",
+            cubin=gpu_build("cubin"),
+            record=gpu_build("json"),
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
             source=lambda w: KERNELS[w.kernel].source,
             builds=ALL_BUILT,

@@ -21,7 +21,7 @@ if GPU_MODE:
         params:
             kernels=json.dumps(
                 [
-                    {"name": k.name, **{f: getattr(k, f) for f in ("kind", "source", "defines", "change", "published_tflops", "published_registers", "parent")}}
+                    {"name": k.name, **{f: getattr(k, f) for f in ("kind", "source", "defines", "change", "published_tflops", "published_registers", "parent", "archs", "line")}}
                     for k in SETTINGS.kernels
                 ]
                 + [{**p.as_dict(), "kind": "peer"} for p in SETTINGS.peers]

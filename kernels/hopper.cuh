@@ -1,0 +1,204 @@
+// Hopper's own building blocks (sm_90a only): TMA tensor loads, mbarriers, and wgmma with its
+// shared-memory matrix descriptors. The Hopper line (V14 on) includes this after flash_common.cuh;
+// each version file holds its schedule, this file only the instructions.
+//
+// Everything here is an `a`-feature of sm_90 (wgmma, setmaxnreg) or at least Hopper's (TMA,
+// mbarrier tx-counts): built with -gencode=arch=compute_90a,code=sm_90a, run on an sm_90 GPU only.
+// SM100/SM103 have TMA too but multiply with tcgen05, not wgmma: these kernels are not for them.
+#pragma once
+#include <cuda.h>  // CUtensorMap: the 128-byte tensor map the host encodes (cuTensorMapEncodeTiled)
+#include <cuda_fp16.h>
+#include <cstdint>
+
+#include "flash_common.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the Hopper line needs sm_90a: build with -gencode=arch=compute_90a,code=sm_90a"
+#endif
+
+namespace flash::hopper {
+
+// ---- shared-memory layout of a TMA tile, 128-byte swizzle ------------------------------------
+// A 128-byte-swizzled TMA box is at most 128 bytes (64 fp16) wide, so a [rows][128] fp16 tile is
+// loaded as two boxes, its head columns 0-63 and 64-127, one after the other in shared memory:
+//
+//   half 0: [rows][64 fp16] = rows x 128 B     half 1: the same for columns 64-127
+//   row r, 16-byte chunk c (8 fp16) lives at  r * 128 + ((c ^ (r % 8)) * 16)   (the TMA swizzle)
+//
+// Eight rows make one 1024-byte swizzle atom; every half must start on a 1024-byte boundary (the
+// swizzle is a function of the address bits, and the descriptors below assume base offset 0).
+constexpr int kBoxCols = 64;                        // fp16 columns per TMA box (128 bytes)
+constexpr int kBoxRowBytes = kBoxCols * 2;          // 128
+constexpr int kAtomBytes = 8 * kBoxRowBytes;        // 1024: eight swizzled rows
+
+// ---- small PTX wrappers ------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t elect_lane0() { return (threadIdx.x % 32) == 0; }
+
+// Ordinary shared-memory stores become visible to the async proxy (TMA, wgmma) only after this.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// ---- mbarrier ---------------------------------------------------------------------------------
+// A 64-bit shared-memory barrier with an arrival count and a transaction (byte) count. A phase
+// completes when `count` threads have arrived and every expected byte has landed; its parity bit
+// then flips. Waiters name the parity of the phase they wait for: (use number) & 1.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// After the inits, before anyone (TMA included) uses the barriers.
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// Arrive once and announce `bytes` more to come from TMA (the producer's half of a phase).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Wait until the phase of parity `parity` has completed (try_wait itself sleeps a while per try).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// ---- TMA: a 2-D box of a tensor map -> shared memory, completing on an mbarrier ----------------
+// The tensor map lives in kernel parameter space (const __grid_constant__ CUtensorMap); its generic
+// address is what the instruction takes. coords: {column (innermost), row}, in elements.
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(smem_addr(bar))
+      : "memory");
+}
+// A [rows][128] fp16 tile starting at `row`: two boxes, head columns 0-63 then 64-127.
+template <int kRows>
+__device__ __forceinline__ void tma_load_tile(half* dst, const CUtensorMap* map, uint64_t* bar, int row) {
+  tma_load_2d(dst, map, bar, 0, row);
+  tma_load_2d(dst + kRows * kBoxCols, map, bar, kBoxCols, row);
+}
+
+// ---- wgmma shared-memory matrix descriptor ------------------------------------------------------
+// 64 bits (PTX ISA "matrix descriptor"; CUTLASS's GmmaDescriptor):
+//   bits  0-13  start address >> 4        bits 16-29  leading-dimension byte offset >> 4 (LBO)
+//   bits 32-45  stride-dimension byte offset >> 4 (SBO)
+//   bits 49-51  base offset (0: every swizzle atom is 1024-byte aligned)
+//   bits 62-63  layout: 1 = 128-byte swizzle
+// K-major (the reduction dimension contiguous: Q and K in QK^T), 128B swizzle: rows of 128 bytes,
+//   8-row atoms SBO = 1024 bytes apart; LBO unused (1). The k16 slice k of a 64-column box starts
+//   32*k bytes further (the swizzle is applied to the address bits by the hardware).
+// MN-major (the output dimension contiguous: V as B of P V, head dim contiguous), 128B swizzle:
+//   each row (one key) holds 64 head columns; LBO = distance between the 64-column blocks along N
+//   (our two box halves), SBO = distance between 8-row (8-key) groups along K = 1024 bytes. The
+//   k16 slice k (keys 16k..) starts 16 rows = 2048*k bytes further.
+__device__ __forceinline__ uint64_t make_desc_sw128(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return uint64_t((smem_byte_addr & 0x3FFFF) >> 4) | (uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16) |
+         (uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+// Advance a descriptor's start address by `bytes` (a multiple of 16, no carry out of 14 bits: the
+// whole of shared memory is below 256 KB).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+// ---- wgmma ----------------------------------------------------------------------------------------
+// Issued by a whole warpgroup (4 consecutive warps, the first one's index divisible by 4). The
+// accumulator of m64nNk16 is spread over the warpgroup like mma.sync's, warp w holding rows
+// 16w..16w+15 (g = lane / 4, q = lane % 4; n8 block i of the N columns):
+//   d[4i + 0], d[4i + 1] -> row 16w + g,     columns 8i + 2q, 8i + 2q + 1
+//   d[4i + 2], d[4i + 3] -> row 16w + g + 8, the same columns
+// An A operand from registers (m64k16, fp16) has the same shape as a 64x16 accumulator packed in
+// pairs: a0 = (row g, cols 2q..), a1 = (row g+8, cols 2q..), a2 = (row g, cols 2q+8..),
+// a3 = (row g+8, cols 2q+8..). So P's k16 slice kk is accumulator blocks 2kk and 2kk+1, packed.
+//
+// fence: before the first wgmma that touches registers last written by ordinary instructions.
+// commit: closes a group of issued wgmmas; wait<N>: until at most N groups are in flight.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kInFlight>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kInFlight) : "memory");
+}
+// Keeps the compiler from moving reads or writes of an accumulator across the asynchronous
+// wgmma (issue .. wait): an empty asm that "reads and writes" each register.
+template <int kN>
+__device__ __forceinline__ void fence_regs(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int kN>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+#define FLASH_WGMMA_D64                                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                       \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                        \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FLASH_D8(i)                                                                                        \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define FLASH_D64 FLASH_D8(0), FLASH_D8(8), FLASH_D8(16), FLASH_D8(24), FLASH_D8(32), FLASH_D8(40), FLASH_D8(48), FLASH_D8(56)
+
+// D[64x128] (+)= A[64x16] B[16x128], A and B from shared memory, both K-major (no transpose).
+// accumulate = 0 overwrites D (the first k-step of a product), 1 adds to it.
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASH_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : FLASH_D64
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+// D[64x128] (+)= A[64x16] B[16x128], A from registers (4 x f16x2), B from shared memory MN-major
+// (transpose flag set: B's N dimension is the contiguous one).
+__device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                       int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASH_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : FLASH_D64
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+#undef FLASH_D64
+#undef FLASH_D8
+#undef FLASH_WGMMA_D64
+
+// ---- warpgroup register reallocation (V15 on) ----------------------------------------------------
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+
+}  // namespace flash::hopper
+
+// ---- launch contract of a kernel that takes tensor maps -----------------------------------------
+// As FLASH_LAUNCH_CONTRACT, plus the tensor maps the launcher must encode and pass after the six
+// common parameters, in this order: q, k, v, each over the [B*H*S, 128] fp16 view of its array,
+// 128-byte swizzle, box {64 columns, box rows}:
+//   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v)
+#ifdef FLASH_PRINT_LAUNCH_CONTRACT
+#define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)     \
+  int main() {                                                                                                      \
+    std::printf("{\"threads\": %d, \"block_rows\": %d, \"block_cols\": %d, \"dynamic_smem_bytes\": %d, "            \
+                "\"head_dim\": %d, \"tensor_maps\": [{\"array\": \"q\", \"box\": [%d, %d], \"swizzle\": 128}, "      \
+                "{\"array\": \"k\", \"box\": [%d, %d], \"swizzle\": 128}, "                                         \
+                "{\"array\": \"v\", \"box\": [%d, %d], \"swizzle\": 128}]}\n",                                      \
+                int(threads), int(block_rows), int(block_cols), int(dynamic_smem_bytes), flash::kHeadDim,           \
+                flash::hopper::kBoxCols, int(q_box_rows), flash::hopper::kBoxCols, int(kv_box_rows),                \
+                flash::hopper::kBoxCols, int(kv_box_rows));                                                         \
+    return 0;                                                                                                       \
+  }
+#else
+#define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)
+#endif

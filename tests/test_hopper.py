@@ -1,0 +1,120 @@
+"""The host side of the Hopper line without a GPU: which build runs where, the tensor-map arguments,
+the cuLaunchKernel parameter block, and the launcher's refusals."""
+import ctypes
+
+import pytest
+
+from flashbench import FlashbenchError, launch, tensormap
+from flashbench.attention import LOG2E, softmax_scale
+from flashbench.compile import arch_flags, not_runnable_reason, runnable_build, runs_on
+from flashbench.config import Shape
+from flashbench.occupancy import blocks_per_sm
+
+SCALE = softmax_scale(128)
+
+
+def test_an_sm_90a_build_runs_on_sm_90_only():
+    assert runs_on("sm_90a", "sm_90") and runs_on("sm_90", "sm_90")
+    assert not runs_on("sm_90a", "sm_103") and not runs_on("sm_90", "sm_103") and not runs_on("sm_100a", "sm_90")
+    assert runnable_build(["sm_90a"], "sm_90") == "sm_90a"
+    assert runnable_build(["sm_90a", "sm_90"], "sm_90") == "sm_90"  # the GPU's own arch first
+    assert runnable_build(["sm_90a"], "sm_103") is None
+    reason = not_runnable_reason(["sm_90a"], "sm_103")
+    assert reason.startswith("built for sm_90a only, not run on sm_103") and "tcgen05" in reason
+
+
+def test_an_arch_specific_target_is_named_by_gencode():
+    assert arch_flags("sm_90") == ["-arch=sm_90"] and arch_flags("sm_90", "compute") == ["-arch=compute_90"]
+    assert arch_flags("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
+    assert arch_flags("sm_90a", "compute") == ["-gencode=arch=compute_90a,code=compute_90a"]
+    assert blocks_per_sm("sm_90a", 256, 168, 164920) == blocks_per_sm("sm_90", 256, 168, 164920)
+
+
+def test_tiled_2d_args_put_the_innermost_dimension_first():
+    a = tensormap.tiled_2d_args(0x7f0000000000, rows=64 * 1024, cols=128, box=(64, 128), swizzle=128)
+    assert a["dims"] == (128, 64 * 1024) and a["strides"] == (256,) and a["box"] == (64, 128)
+    assert a["data_type"] == 6 and a["swizzle"] == 3 and a["rank"] == 2 and a["element_strides"] == (1, 1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"box": (128, 128)}, "at most 128 bytes wide"),   # 256 bytes under a 128-byte swizzle
+    ({"box": (64, 512)}, "1..256 per dimension"),
+    ({"address": 0x1008}, "16-byte boundary"),
+    ({"swizzle": 96}, "swizzle must be one of"),
+    ({"rows": 64}, "larger than"),
+])
+def test_tiled_2d_args_refuse_what_the_driver_would(kwargs, message):
+    args = {"address": 0x1000, "rows": 1024, "cols": 128, "box": (64, 128), "swizzle": 128, **kwargs}
+    with pytest.raises(FlashbenchError, match=message):
+        tensormap.tiled_2d_args(**args)
+
+
+def test_a_tensor_map_is_128_bytes_at_a_64_byte_boundary():
+    assert ctypes.sizeof(tensormap.TensorMap) == 128
+    maps = [tensormap._aligned_tensor_map() for _ in range(8)]
+    assert all(ctypes.addressof(m) % 64 == 0 for m, _ in maps)
+
+
+CONTRACT = {"threads": 256, "block_rows": 128, "block_cols": 128, "dynamic_smem_bytes": 164920, "head_dim": 128,
+            "tensor_maps": [{"array": a, "box": [64, 128], "swizzle": 128} for a in "qkv"]}
+
+
+def _fake_encoder(calls):
+    def encode(address, rows, cols, box, swizzle):
+        calls.append((address, rows, cols, box, swizzle))
+        m, owner = tensormap._aligned_tensor_map()
+        m.opaque[0] = address  # recognisable bytes
+        m.opaque[15] = rows
+        return m, owner
+    return encode
+
+
+def test_the_parameter_block_points_at_each_argument_in_kernel_order(monkeypatch):
+    calls = []
+    monkeypatch.setattr(tensormap, "encode_tiled_2d", _fake_encoder(calls))
+    q, k, v, o = 0x10000, 0x20000, 0x30000, 0x40000
+    params = launch._tensor_map_params(CONTRACT, q, k, v, o, seq_len=1024, heads=6, scale_log2=SCALE * LOG2E)
+    assert calls == [(a, 6 * 1024, 128, (64, 128), 128) for a in (q, k, v)]
+    pointers = ctypes.cast(params.ptr, ctypes.POINTER(ctypes.c_void_p))
+
+    def at(i, ctype):
+        return ctypes.cast(pointers[i], ctypes.POINTER(ctype)).contents
+
+    assert [at(i, ctypes.c_uint64).value for i in range(4)] == [q, k, v, o]
+    assert at(4, ctypes.c_int32).value == 1024
+    assert at(5, ctypes.c_float).value == pytest.approx(SCALE * LOG2E, rel=1e-6)
+    for i, address in zip((6, 7, 8), (q, k, v)):
+        m = at(i, tensormap.TensorMap)
+        assert m.opaque[0] == address and m.opaque[15] == 6 * 1024
+        assert pointers[i] % 64 == 0  # the map the driver copies is the aligned one
+
+
+def test_a_contract_naming_an_unknown_array_is_an_error(monkeypatch):
+    monkeypatch.setattr(tensormap, "encode_tiled_2d", _fake_encoder([]))
+    bad = {**CONTRACT, "tensor_maps": [{"array": "x", "box": [64, 128], "swizzle": 128}]}
+    with pytest.raises(FlashbenchError, match="tensor map over 'x'"):
+        launch._tensor_map_params(bad, 1, 2, 3, 4, seq_len=128, heads=1, scale_log2=1.0)
+
+
+class _Stub(launch.AttentionKernel):
+    """An AttentionKernel without a module (no GPU here): only the host-side logic."""
+
+    def __init__(self, contract):
+        self.name, self.contract, self._params = "v14", contract, {}
+
+
+def test_parameter_blocks_are_cached_per_arrays_and_shape(monkeypatch):
+    calls = []
+    monkeypatch.setattr(tensormap, "encode_tiled_2d", _fake_encoder(calls))
+    kernel = _Stub(CONTRACT)
+    first = kernel.params(0x10000, 0x20000, 0x30000, 0x40000, 1024, 64, 0.1275)
+    assert kernel.params(0x10000, 0x20000, 0x30000, 0x40000, 1024, 64, 0.1275) is first and len(calls) == 3
+    assert kernel.params(0x10000, 0x20000, 0x30000, 0x40000, 2048, 64, 0.1275) is not first and len(calls) == 6
+
+
+def test_supports_refuses_more_heads_than_grid_y_allows():
+    kernel = _Stub(CONTRACT)
+    assert kernel.supports(Shape(1, 64, 1024, 128)) is None
+    assert kernel.supports(Shape(1, 65535, 128, 128)) is None
+    assert "65535" in kernel.supports(Shape(2, 40000, 128, 128))
+    assert "multiple" in kernel.supports(Shape(1, 1, 192, 128))
