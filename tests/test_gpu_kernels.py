@@ -151,4 +151,4 @@ def test_the_fp32_reference_agrees_with_torch_sdpa_in_fp32():
         theirs = torch.nn.functional.scaled_dot_product_attention(
             *(torch.from_dlpack(a).double() for a in (q, k, v)))
     err = attention.errors(ref, cp.from_dlpack(theirs.contiguous()), cp)
-    assert err["rel_error"] < 1e-6 and err["max_abs_error"] < 1e-5
+    assert err["rel_error"] < 1e-5 and err["max_abs_error"] < 1e-4  # fp32 against fp64: rounding only

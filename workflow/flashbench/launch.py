@@ -96,7 +96,7 @@ class AttentionKernel:
                           (q, k, v, o, np.int32(seq_len), np.float32(scale_log2)), shared_mem=self.dynamic_smem)
             return
         params = self.params(q, k, v, o, seq_len, heads, scale_log2)
-        self.cp.cuda.driver.launchKernel(self.function.ptr, row_tiles, heads, 1, self.contract["threads"], 1, 1,
+        self.cp.cuda.driver.launchKernel(self.function.kernel.ptr, row_tiles, heads, 1, self.contract["threads"], 1, 1,
                                          self.dynamic_smem, self.cp.cuda.get_current_stream().ptr, params.ptr, 0)
 
     def params(self, q, k, v, o, seq_len: int, heads: int, scale_log2: float):
