@@ -32,6 +32,7 @@ else:
             compile_records(),
             archived_results(),
             template=REPORT_TEMPLATE,
+            hopper_template=HOPPER_TEMPLATE,
             code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "cli"),
         log:
             "logs/rerender-archive.log",

@@ -17,6 +17,12 @@ KERNELS = [
     {"name": "hybrid_smem", "kind": "ablation", "source": "kernels/v13.cu", "change": "Br=128, state in smem",
      "published_tflops": 226.35, "parent": "br128", "defines": {"BLOCK_ROWS": 128, "HYBRID_SMEM": 1}},
 ]
+HOPPER = [  # the line after V13, built for sm_90a only
+    {"name": "v14", "kind": "version", "line": "hopper", "source": "kernels/v14.cu", "change": "TMA + wgmma",
+     "published_tflops": None, "parent": None, "archs": ["sm_90a"]},
+    {"name": "v15", "kind": "version", "line": "hopper", "source": "kernels/v15.cu", "change": "warp specialisation",
+     "published_tflops": None, "parent": None, "archs": ["sm_90a"]},
+]
 PEERS = [
     {"name": "sdpa_auto", "kind": "peer", "backend": "auto", "change": "torch SDPA", "published_tflops": 1156.54,
      "max_seq_len": None},
@@ -37,6 +43,8 @@ RESOURCES = {
     "v13": (128, 0, 256, 64, 0, 57860),
     "br128": (128, 64, 256, 128, 0, 82948),
     "hybrid_smem": (128, 0, 256, 128, 0, 83456),
+    "v14": (177, 0, 256, 128, 0, 164920),
+    "v15": (240, 0, 384, 128, 0, 230000),
 }
 # Published-like TFLOPS: every claim of the chapter holds for these
 LIKE_THE_WRITEUP = {"v11": 144.0, "v12": 219.0, "v13": 227.0, "br128": 199.0, "hybrid_smem": 226.0}
@@ -90,7 +98,7 @@ def compile_record(name: str, arch: str) -> dict:
 
 
 # Profiler-like readings: V11 stalls in its softmax (lines 150-152) and keeps the LSU busy, V12 not
-LSU = {"v11": 50.0, "v12": 20.0, "v13": 22.0, "br128": 29.0, "hybrid_smem": 21.0}
+LSU = {"v11": 50.0, "v12": 20.0, "v13": 22.0, "br128": 29.0, "hybrid_smem": 21.0, "v14": 8.0, "v15": 6.0}
 
 
 def profile_record(name: str, registers: int) -> dict:
@@ -107,12 +115,12 @@ def profile_record(name: str, registers: int) -> dict:
             "lines_reason": None}
 
 
-def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = None) -> dict:
+def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = None, kernels=KERNELS) -> dict:
     """Write check, bench, sweep, profile and compile records for KERNELS and PEERS; `failing` fails
     its check, `skipped` (a peer) is skipped as where torch is missing. Returns the paths by kind."""
     paths = {"checks": [], "benches": [], "sweeps": [], "profiles": [], "compiled": []}
     tflops = {**PEER_TFLOPS, **tflops}
-    for k in KERNELS + PEERS:
+    for k in kernels + PEERS:
         name = k["name"]
         passed = name != failing
         shapes = [check_row(s, kind, passed) for s in (CASE, EXTRA) for kind in INPUTS]
@@ -124,8 +132,9 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
                 write_json(tmp / kind / f"{name}.json", record)
                 paths[kind].append(tmp / kind / f"{name}.json")
             continue
+        archs = k.get("archs") or ("sm_90", "sm_103")
         identity = ({"torch": "2.11.0", "cudnn": "91900", "backend": k["backend"]} if k["kind"] == "peer" else
-                    {"cubin_sha256": compile_record(name, "sm_90")["cubin_sha256"]})
+                    {"cubin_sha256": compile_record(name, archs[0])["cubin_sha256"]})
         check = {"kernel": name, "gate": GATE, "inputs": INPUTS, "passed": passed,
                  "reason": None if passed else "B=1 H=64 S=1024 normal: worst row's relative error 2.2e-02 above 4.5e-03",
                  "shapes": shapes, **identity, "provenance": provenance(name)}
@@ -149,7 +158,7 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
             paths[kind].append(path)
         if k["kind"] == "peer":
             continue
-        for arch in ("sm_90", "sm_103"):
+        for arch in archs:
             path = tmp / "build" / arch / f"{name}.json"
             write_json(path, compile_record(name, arch))
             paths["compiled"].append(path)

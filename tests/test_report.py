@@ -278,3 +278,33 @@ def test_kernels_of_another_line_stay_out_of_the_chapter(tmp_path):
     after = report.render(out, tmp_path / "after", TEMPLATE, "nvidia-h200").read_text()
     assert "v14" not in after and "TMA + wgmma" not in after
     assert after == before
+
+
+def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp_path):
+    g3 = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
+    alone = report.render(results_folder(tmp_path / "a", g3), tmp_path / "a" / "reports", TEMPLATE, "nvidia-h200")
+    paths = records.write(tmp_path / "b", {**g3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER)
+    summary, resources, profile, meta = summarize(records.KERNELS + records.HOPPER + records.PEERS, paths["checks"],
+                                                  paths["benches"], paths["compiled"], "sm_90", records.CASE,
+                                                  paths["sweeps"], paths["profiles"], records.SETTINGS)
+    out = tmp_path / "b" / "results" / "nvidia-h200"
+    for name, frame in (("summary.csv", summary), ("resources.csv", resources), ("profile.csv", profile)):
+        write_text(out / name, frame.to_csv(index=False))
+    write_json(out / "kernels.json", meta)
+    both = report.render(out, tmp_path / "b" / "reports", TEMPLATE, "nvidia-h200")
+    assert both.read_text() == alone.read_text()  # the chapter's report does not see the line
+    text = (tmp_path / "b" / "reports" / "hopper.md").read_text()
+    assert "| v14 | TMA + wgmma | **436.0** |" in text and "+98.2% on v13" in text  # 436 / 220
+    assert "| v15 | warp specialisation | **590.0** |" in text and "+35.3% on v14" in text
+    # the goal: v15 against SDPA auto (560 at the case), the only rival in these records
+    assert "Best version: **v15**" in text and "| case | 590.0 | 560.0 | 1.05 |" in text
+    assert "**Goal reached**" in text
+    assert (tmp_path / "b" / "reports" / "hopper_sweep.png").stat().st_size > 1000
+    slow = records.write(tmp_path / "c", {**g3, "v14": 436.0, "v15": 500.0}, kernels=records.KERNELS + records.HOPPER)
+    summary, resources, profile, meta = summarize(records.KERNELS + records.HOPPER + records.PEERS, slow["checks"],
+                                                  slow["benches"], slow["compiled"], "sm_90", records.CASE,
+                                                  slow["sweeps"], slow["profiles"], records.SETTINGS)
+    from flashbench import hopper
+
+    goal = hopper.context(summary, resources, profile, meta)["goal"]
+    assert goal["best"] == "v15" and not goal["reached"] and goal["worst_ratio"] == pytest.approx(500 / 560)

@@ -6,13 +6,14 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import FlashbenchError, claims, conclusions
+from . import FlashbenchError, claims, conclusions, hopper
 from .files import read_json, write_text
 from .profile import TOP_LINES
 from .check import METRICS
 from .summary import TIMED, case_rows
 
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
+HOPPER_FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
 
 
 def load(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
@@ -219,7 +220,9 @@ def chapter(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
 
 
 def render(results_dir: Path | str, report_dir: Path | str, template: Path | str, slug: str) -> Path:
-    summary, resources, profile, meta = chapter(*load(results_dir))
+    """report.md (the chapter) and hopper.md (the sm_90a line after it) with their figures."""
+    everything = load(results_dir)
+    summary, resources, profile, meta = chapter(*everything)
     ctx = context(summary, resources, profile, meta, slug)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(template).parent)),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -231,4 +234,20 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     sweep_figure(summary[summary.series == "sweep"], order, ctx["gpu_name"], meta["case"], report_dir / FIGURES["sweep"])
     stalls_figure(profile, order, report_dir / FIGURES["stalls"])
     write_text(report_dir / "report.md", text)
+    render_hopper(*everything, env, report_dir, slug, ctx["gpu_name"])
     return report_dir / "report.md"
+
+
+def render_hopper(summary, resources, profile, meta, env, report_dir: Path, slug: str, gpu_name: str) -> None:
+    ctx = hopper.context(summary, resources, profile, meta)
+    names = set(ctx["order"])
+    checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
+    rows = [{"name": n, "tflops": hopper._tflops(case_rows(summary), n), "published_tflops": None}
+            for n in ctx["order"]]
+    tflops_figure(rows, gpu_name, meta["case"], report_dir / HOPPER_FIGURES["tflops"])
+    sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]
+    sweep_figure(sweep, ctx["order"], gpu_name, meta["case"], report_dir / HOPPER_FIGURES["sweep"])
+    text = env.get_template("hopper.md.j2").render(
+        **ctx, meta=meta, slug=slug, gpu_name=gpu_name, figures=HOPPER_FIGURES,
+        correctness=correctness(checked, [k["name"] for k in ctx["line"]]))
+    write_text(report_dir / "hopper.md", text)

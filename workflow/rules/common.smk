@@ -65,6 +65,7 @@ if not GPU_MODE:
 PACKAGE = Path("workflow/flashbench")
 KERNEL_HEADERS = sorted(str(p) for p in Path("kernels").glob("*.cuh"))
 REPORT_TEMPLATE = "workflow/templates/report.md.j2"
+HOPPER_TEMPLATE = "workflow/templates/hopper.md.j2"  # rendered beside it, from the same folder
 ALL_BUILT = ancient("build/all-built")  # see rule all_built
 
 
@@ -139,8 +140,9 @@ def archived_results():
 
 
 def report_figures(gpu):
-    return [f"reports/{gpu}/{name}" for name in ("tflops.png", "sweep.png", "stalls.png")]
+    names = ("tflops.png", "sweep.png", "stalls.png", "hopper_tflops.png", "hopper_sweep.png")
+    return [f"reports/{gpu}/{name}" for name in names]
 
 
 def report_outputs(gpu):
-    return [f"reports/{gpu}/report.md", *report_figures(gpu)]
+    return [f"reports/{gpu}/report.md", f"reports/{gpu}/hopper.md", *report_figures(gpu)]

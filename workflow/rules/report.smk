@@ -43,9 +43,11 @@ rule render_report:
         profile="results/{gpu}/profile.csv",
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
+        hopper_template=HOPPER_TEMPLATE,
         code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "cli"),
     output:
         report="reports/{gpu}/report.md",
+        hopper="reports/{gpu}/hopper.md",
         figures=report_figures("{gpu}"),
     log:
         "logs/{gpu}/render_report.log",
