@@ -43,6 +43,7 @@ else:
 rule compile:
     input:
         compile_records(),
+        "build/all-built",
 
 
 for ablation in ABLATIONS:

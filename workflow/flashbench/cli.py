@@ -39,12 +39,13 @@ class NotRunnableHere(FlashbenchError):
     """A kernel built only for another GPU (e.g. sm_90a on an SM103): recorded as skipped, with why."""
 
 
-def _runnable_here(record: dict) -> None:
+def _runnable_here(record_path) -> None:
     """Raise NotRunnableHere where the GPU here cannot run this build (asked before the GPU is taken)."""
     from . import gpu
     from .compile import not_runnable_reason, runs_on
 
     here = gpu.require().arch
+    record = read_json(record_path)
     if not runs_on(record["arch"], here):
         raise NotRunnableHere(not_runnable_reason([record["arch"]], here))
 
@@ -96,7 +97,7 @@ def cmd_check(a) -> None:
         if a.peer:
             require_torch()
         else:
-            _runnable_here(read_json(a.record))
+            _runnable_here(a.record)
     except (PeerUnavailable, NotRunnableHere) as e:  # no torch, or another GPU's kernel: skipped, the run goes on
         name = _name(a)
         write_json(a.out, {"kernel": name, "gate": asdict(gate), "passed": False, "skipped": str(e),
