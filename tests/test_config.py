@@ -1,13 +1,11 @@
 import copy
-import subprocess
-import sys
 
 import pytest
 import yaml
 
 from flashbench.config import ConfigError, validate
 
-from conftest import ROOT
+from conftest import ROOT, snakemake
 
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
 
@@ -61,8 +59,7 @@ def test_bad_config_names_the_key(edit, message):
 def test_snakemake_rejects_bad_config_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(edited(lambda c: c["case"].update(S=1000))))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--nolock", "--configfile", str(bad)],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = snakemake(ROOT, "-n", "--configfile", bad)
     assert proc.returncode != 0
     assert "config key 'case.S': 1000 is not a multiple of 128" in proc.stderr + proc.stdout
     assert "Job stats" not in proc.stdout

@@ -10,24 +10,21 @@ import pytest
 
 from flashbench import gpu
 
-from conftest import ROOT
+from conftest import ROOT, copy_checkout, snakemake, with_build
 
 pytestmark = pytest.mark.usefixtures("needs_nvcc")
 
 
 @pytest.fixture
 def checkout(tmp_path):
-    """A copy of the workflow with no build/, results/ or reports/: what a fresh clone has."""
-    for name in ("Snakefile", "config.yaml", "workflow", "kernels"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    (tmp_path / "profiles").symlink_to("workflow/profiles")
-    return tmp_path
+    """What a fresh clone has: no build/, results/ or reports/."""
+    return copy_checkout(tmp_path)
 
 
-def snakemake(cwd, *args, env=None):
-    return subprocess.run([sys.executable, "-m", "snakemake", "--nolock", *args], cwd=cwd,
-                          capture_output=True, text=True, env=env)
+@pytest.fixture
+def built_checkout(checkout, built):
+    """A fresh clone after `snakemake compile`."""
+    return with_build(checkout, built)
 
 
 @pytest.fixture
@@ -91,17 +88,18 @@ def _archs_here():
 
 
 @pytest.mark.parametrize("source, kernels", [("v11.cu", 1), ("v13.cu", 3)])  # v13.cu builds v13 and both ablations
-def test_one_kernel_edit_reruns_only_its_jobs(checkout, source, kernels):
-    assert snakemake(checkout, "compile", "--cores", "4").returncode == 0
+def test_one_kernel_edit_reruns_only_its_jobs(built_checkout, source, kernels):
+    checkout = built_checkout
+    assert "Nothing to be done" in snakemake(checkout, "-n", "compile").stdout
     (checkout / "kernels" / source).write_text((checkout / "kernels" / source).read_text() + "\n")
     proc = snakemake(checkout, "-n", "compile")
     assert job_counts(proc.stdout) == {"compile_kernel": kernels * len(_archs_here()), "compile": 1}
 
 
 @pytest.fixture
-def measured_checkout(checkout):
+def measured_checkout(built_checkout):
     """A checkout with every kernel built and the H200 archive in place, newer than the builds."""
-    assert snakemake(checkout, "compile", "--cores", "4", *H200).returncode == 0
+    checkout = built_checkout
     now = time.time()
     for age, pattern in enumerate(["results/nvidia-h200/*/*.json", "results/nvidia-h200/*.*", "reports/nvidia-h200/*"]):
         for path in ROOT.glob(pattern):  # in pipeline order: checks and timings, tables, report
