@@ -133,24 +133,70 @@ def test_an_ablation_is_timed_again_on_request(measured_checkout):
     assert job_counts(proc.stdout) == {"bench_kernel": 1, "summarize": 1, "render_report": 1, "ablation_br128": 1}
 
 
-@pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
+NO_GPU = pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
+ARCHIVED = sorted(p.parent.name for p in (ROOT / "results").glob("*/summary.csv"))
+
+
+def with_archive(checkout):
+    """`checkout` with the archived results/ and reports/, the reports older than the results (as
+    after an edit of the template, or where a clone's file times fall so): every report is due."""
+    for name in ("results", "reports"):
+        shutil.copytree(ROOT / name, checkout / name)
+    long_ago = time.time() - 86400
+    for path in (checkout / "reports").rglob("*"):
+        os.utime(path, (long_ago, long_ago))
+    return checkout
+
+
+@NO_GPU
 def test_without_a_gpu_report_compiles_and_rerenders_the_archive(checkout, settings):
-    proc = snakemake(checkout, "-n")
+    proc = snakemake(with_archive(checkout), "-n")
     assert proc.returncode == 0, proc.stderr
-    assert job_counts(proc.stdout) == {"compile_kernel": 2 * len(settings.kernels), "report": 1}
-    assert "no GPU found" in proc.stderr
+    assert job_counts(proc.stdout) == {"compile_kernel": 2 * len(settings.kernels), "render_report": len(ARCHIVED),
+                                       "report": 1}
+    assert (f"no NVIDIA GPU found: `snakemake report` compiles the kernels and brings the reports of {len(ARCHIVED)} "
+            f"archived GPU folder{'' if len(ARCHIVED) == 1 else 's'} ({', '.join(ARCHIVED)}) up to date;") in proc.stderr
 
 
-@pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
-@pytest.mark.parametrize("target", ["check", "bench", "sweep", "profile", "ablation_br128"])
-def test_without_a_gpu_a_gpu_stage_fails_at_once(checkout, target):
-    proc = snakemake(checkout, target)
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory, built):
+    """A clone after `snakemake compile`, every archived report due, then `snakemake report` (no
+    GPU): the checkout and that run."""
+    checkout = with_archive(with_build(copy_checkout(tmp_path_factory.mktemp("reported")), built))
+    return checkout, snakemake(checkout, "report")
+
+
+@NO_GPU
+def test_without_a_gpu_report_renders_what_is_due_and_then_nothing(reported):
+    checkout, first = reported
+    assert first.returncode == 0, first.stderr
+    assert job_counts(first.stderr) == {"render_report": len(ARCHIVED), "report": 1}
+    for path in [f"reports/{slug}/report.md" for slug in ARCHIVED]:
+        assert (checkout / path).read_text() == (ROOT / path).read_text(), path
+    # up to date means nothing to do: not a compile, not a render
+    second = snakemake(checkout, "-n", "report")
+    assert second.returncode == 0, second.stderr
+    assert "Nothing to be done" in second.stdout and "Job stats" not in second.stdout
+
+
+GPU_TARGETS = ["check", "bench", "sweep", "profile", "ablation_br128", "ablation_hybrid_smem"]
+
+
+@NO_GPU
+@pytest.mark.parametrize("args", [[target] for target in GPU_TARGETS] + [["-n", "check"], ["-n", "ablation_br128"]])
+def test_without_a_gpu_a_gpu_stage_fails_at_once(checkout, args):
+    proc = snakemake(checkout, *args)
     assert proc.returncode != 0
-    assert "error: no NVIDIA GPU found" in proc.stdout + proc.stderr
+    # the banner names every GPU stage, then the error is the last line, before any job
+    banner, error = proc.stderr.splitlines()[1], proc.stderr.splitlines()[-1]
+    assert banner.startswith("no NVIDIA GPU found: `snakemake report` compiles the kernels")
+    assert banner.endswith(f"{', '.join(GPU_TARGETS[:-1])} and {GPU_TARGETS[-1]} need a GPU and stop at once without one")
+    assert error.startswith("error: no NVIDIA GPU found")
+    assert "Job stats" not in proc.stdout + proc.stderr
     assert not (checkout / "build").exists()  # nothing compiled first
 
 
-@pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
+@NO_GPU
 def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--cubin", "x", "--record", "y",
                            "--out", str(tmp_path / "o.json"), "--shapes", "[]", "--tolerance", "0.01"],

@@ -1,6 +1,6 @@
 """Command line of the pipeline's stages; each Snakemake rule calls one subcommand.
 
-    python -m flashbench compile | check | bench | summarize | render | rerender-archive ...
+    python -m flashbench compile | check | bench | sweep | profile | summarize | render ...
 
 Errors the user can act on print one line, `error: ...`, and exit 1.
 """
@@ -166,22 +166,6 @@ def cmd_render(a) -> None:
     print(f"wrote {render(a.results, a.reports, a.template, a.slug)}")
 
 
-def cmd_rerender_archive(a) -> None:
-    from .report import render
-
-    archived = sorted(p.parent for p in Path(a.results_root).glob("*/summary.csv"))
-    print("no GPU found: GPU stages (check, bench) skipped; re-rendering the archived reports "
-          f"from {a.results_root}/ ({len(archived)} GPU{'s' if len(archived) != 1 else ''})")
-    for results in archived:
-        print(f"  {render(results, Path(a.reports_root) / results.name, a.template, results.name)}")
-
-
-def cmd_require_gpu(a) -> None:
-    from . import gpu
-
-    gpu.require()
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flashbench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -251,15 +235,6 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--template", required=True)
     r.add_argument("--slug", required=True)
     r.set_defaults(run=cmd_render)
-
-    r = sub.add_parser("rerender-archive", help="re-render every archived GPU's report (no GPU needed)")
-    r.add_argument("--results-root", default="results")
-    r.add_argument("--reports-root", default="reports")
-    r.add_argument("--template", required=True)
-    r.set_defaults(run=cmd_rerender_archive)
-
-    g = sub.add_parser("require-gpu", help="fail with a clear message where no GPU is found")
-    g.set_defaults(run=cmd_require_gpu)
     return p
 
 
