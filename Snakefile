@@ -7,8 +7,8 @@
 # the report refreshed; other kernels' jobs run only where they are out of date too.
 # With a GPU: compile -> check -> bench, sweep, profile (where ncu is found) -> summarize ->
 # render_report, kernels and PyTorch peers alike, archived under results/<gpu>/ and
-# reports/<gpu>/. With a GPU or without: compile, and render_report for every GPU archived under
-# results/, each where out of date.
+# reports/<gpu>/. With a GPU or without: compile, render_report for every GPU archived under
+# results/, and compare_gpus (reports/README.md, reports/compare.png), each where out of date.
 from snakemake.utils import min_version
 
 min_version("9.27.1")
@@ -24,6 +24,7 @@ rule report:
     input:
         compile_records(),
         rendered_reports(),
+        COMPARISON.values(),
 
 
 rule compile:

@@ -54,7 +54,8 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     n, peers = len(settings.kernels), len(settings.peers)
     assert job_counts(proc.stdout) == {"compile_kernel": 2 * n, "check_kernel": n, "bench_kernel": n, "sweep_kernel": n,
                                        "profile_kernel": n, "check_peer": peers, "bench_peer": peers,
-                                       "sweep_peer": peers, "summarize": 1, "render_report": 1, "report": 1}
+                                       "sweep_peer": peers, "summarize": 1, "render_report": 1, "compare_gpus": 1,
+                                       "report": 1}
     for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
         assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
         assert f"results/nvidia-h200/sweep/{name}.json" in proc.stdout
@@ -153,7 +154,7 @@ def test_without_a_gpu_report_compiles_and_rerenders_the_archive(checkout, setti
     proc = snakemake(with_archive(checkout), "-n")
     assert proc.returncode == 0, proc.stderr
     assert job_counts(proc.stdout) == {"compile_kernel": 2 * len(settings.kernels), "render_report": len(ARCHIVED),
-                                       "report": 1}
+                                       "compare_gpus": 1, "report": 1}
     assert (f"no NVIDIA GPU found: `snakemake report` compiles the kernels and brings the reports of {len(ARCHIVED)} "
             f"archived GPU folder{'' if len(ARCHIVED) == 1 else 's'} ({', '.join(ARCHIVED)}) up to date;") in proc.stderr
 
@@ -170,8 +171,8 @@ def reported(tmp_path_factory, built):
 def test_without_a_gpu_report_renders_what_is_due_and_then_nothing(reported):
     checkout, first = reported
     assert first.returncode == 0, first.stderr
-    assert job_counts(first.stderr) == {"render_report": len(ARCHIVED), "report": 1}
-    for path in [f"reports/{slug}/report.md" for slug in ARCHIVED]:
+    assert job_counts(first.stderr) == {"render_report": len(ARCHIVED), "compare_gpus": 1, "report": 1}
+    for path in ["reports/README.md", *(f"reports/{slug}/report.md" for slug in ARCHIVED)]:
         assert (checkout / path).read_text() == (ROOT / path).read_text(), path
     # up to date means nothing to do: not a compile, not a render
     second = snakemake(checkout, "-n", "report")

@@ -1,6 +1,6 @@
 """Command line of the pipeline's stages; each Snakemake rule calls one subcommand.
 
-    python -m flashbench compile | check | bench | sweep | profile | summarize | render ...
+    python -m flashbench compile | check | bench | sweep | profile | summarize | render | compare ...
 
 Errors the user can act on print one line, `error: ...`, and exit 1.
 """
@@ -166,6 +166,12 @@ def cmd_render(a) -> None:
     print(f"wrote {render(a.results, a.reports, a.template, a.slug)}")
 
 
+def cmd_compare(a) -> None:
+    from .compare import render
+
+    print(f"wrote {render(a.results, a.template, a.table, a.figure)} and {a.figure}")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flashbench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -235,6 +241,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--template", required=True)
     r.add_argument("--slug", required=True)
     r.set_defaults(run=cmd_render)
+
+    r = sub.add_parser("compare", help="every GPU's TFLOPS side by side, from their results folders")
+    r.add_argument("--results", nargs="*", default=[], help="the GPUs' results folders, in column order")
+    r.add_argument("--template", required=True)
+    r.add_argument("--table", required=True, help="the markdown table, beside each GPU's report folder")
+    r.add_argument("--figure", required=True)
+    r.set_defaults(run=cmd_compare)
     return p
 
 

@@ -49,6 +49,8 @@ else:
 PACKAGE = Path("workflow/flashbench")
 KERNEL_HEADERS = sorted(str(p) for p in Path("kernels").glob("*.cuh"))
 REPORT_TEMPLATE = "workflow/templates/report.md.j2"
+COMPARE_TEMPLATE = "workflow/templates/compare.md.j2"
+COMPARISON = {"table": "reports/README.md", "figure": "reports/compare.png"}  # every GPU side by side
 
 
 wildcard_constraints:

@@ -1,5 +1,6 @@
 # summarize: this GPU's records into its tidy tables (GPU mode only: an archive is never
 # re-summarized with another machine's builds). render_report: any GPU's report from its tables.
+# compare_gpus: every reported GPU's TFLOPS side by side.
 
 if GPU_MODE:
 
@@ -52,3 +53,20 @@ rule render_report:
     shell:
         "{PY} -m flashbench render --results results/{wildcards.gpu} --reports reports/{wildcards.gpu}"
         " --template {input.template} --slug {wildcards.gpu} > {log} 2>&1"
+
+
+rule compare_gpus:
+    input:
+        summaries=expand("results/{gpu}/summary.csv", gpu=reported_gpus()),
+        kernels=expand("results/{gpu}/kernels.json", gpu=reported_gpus()),
+        template=COMPARE_TEMPLATE,
+        code=package_modules("compare", "cli"),
+    output:
+        **COMPARISON,
+    log:
+        "logs/compare_gpus.log",
+    params:
+        results=expand("results/{gpu}", gpu=reported_gpus()),
+    shell:
+        "{PY} -m flashbench compare --results {params.results} --template {input.template}"
+        " --table {output.table} --figure {output.figure} > {log} 2>&1"
