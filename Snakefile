@@ -17,6 +17,10 @@ min_version("9.27.1")
 configfile: "config.yaml"
 
 
+# snakemake --report report.html: every report, figure and table of every GPU, and the comparison
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 
 

@@ -1,10 +1,12 @@
 """The Snakemake DAG (dry runs) and the no-GPU behaviour of the command line."""
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import zipfile
 
 import pytest
 
@@ -178,6 +180,30 @@ def test_without_a_gpu_report_renders_what_is_due_and_then_nothing(reported):
     second = snakemake(checkout, "-n", "report")
     assert second.returncode == 0, second.stderr
     assert "Nothing to be done" in second.stdout and "Job stats" not in second.stdout
+
+
+@NO_GPU
+def test_snakemakes_html_report_holds_every_report_figure_and_table(reported):
+    checkout, _ = reported
+    proc = snakemake(checkout, "--report", "report.zip")
+    assert proc.returncode == 0, proc.stderr
+    archive = zipfile.ZipFile(checkout / "report.zip")
+    html = archive.read("report/report.html").decode()
+    # a category per archived GPU, its report, figures and tables; the comparison under "all GPUs"
+    categories = json.loads(re.search(r"var categories = (.*);\n", html)[1])
+    per_gpu = {slug: {"report": [f"reports/{slug}/report.md"],
+                      "figures": [f"reports/{slug}/{name}.png" for name in ("stalls", "sweep", "tflops")],
+                      "tables": [f"results/{slug}/{name}.csv" for name in ("profile", "resources", "summary")]}
+               for slug in ARCHIVED}
+    assert categories == {**per_gpu, "all GPUs": {"report": ["reports/README.md"], "figures": ["reports/compare.png"]}}
+    # each file as archived (the TFLOPS of summary.csv and README.md with it), captioned
+    held = {archive.read(name) for name in archive.namelist() if name.startswith("report/data/raw/")}
+    for files in (*per_gpu.values(), categories["all GPUs"]):
+        for path in sum(files.values(), []):
+            assert (checkout / path).read_bytes() in held, path
+    assert "Every archived GPU side by side" in html
+    for slug in ARCHIVED:
+        assert f"TFLOPS of each kernel and PyTorch peer on {slug} at the case" in html
 
 
 GPU_TARGETS = ["check", "bench", "sweep", "profile", "ablation_br128", "ablation_hybrid_smem"]

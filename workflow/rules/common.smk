@@ -125,6 +125,17 @@ def report_outputs(gpu):
     return [f"reports/{gpu}/report.md", *report_figures(gpu)]
 
 
+def in_report(path, subcategory, caption=None):
+    """`path` as an item of Snakemake's HTML report (snakemake --report report.html): under its GPU
+    (a path with {gpu}) or under "all GPUs", captioned by workflow/report/<caption or file stem>.rst."""
+    return report(
+        path,
+        caption=f"../report/{caption or Path(path).stem}.rst",
+        category="{gpu}" if "{gpu}" in path else "all GPUs",
+        subcategory=subcategory,
+    )
+
+
 def reported_gpus():
     """The GPUs whose reports `report` brings up to date: every archived one, and this one's."""
     return sorted(set(archived_gpus()) | ({GPU_SLUG} if GPU_MODE else set()))

@@ -39,15 +39,13 @@ if GPU_MODE:
 
 rule render_report:
     input:
-        summary="results/{gpu}/summary.csv",
-        resources="results/{gpu}/resources.csv",
-        profile="results/{gpu}/profile.csv",
+        **{table: in_report(f"results/{{gpu}}/{table}.csv", "tables") for table in ("summary", "resources", "profile")},
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
         code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "cli"),
     output:
-        report="reports/{gpu}/report.md",
-        figures=report_figures("{gpu}"),
+        report=in_report("reports/{gpu}/report.md", "report"),
+        **{Path(figure).stem: in_report(figure, "figures") for figure in report_figures("{gpu}")},
     log:
         "logs/{gpu}/render_report.log",
     shell:
@@ -62,7 +60,8 @@ rule compare_gpus:
         template=COMPARE_TEMPLATE,
         code=package_modules("compare", "cli"),
     output:
-        **COMPARISON,
+        table=in_report(COMPARISON["table"], "report", "comparison_table"),
+        figure=in_report(COMPARISON["figure"], "figures", "comparison_figure"),
     log:
         "logs/compare_gpus.log",
     params:
