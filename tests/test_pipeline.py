@@ -223,6 +223,30 @@ def test_without_a_gpu_a_gpu_stage_fails_at_once(checkout, args):
     assert not (checkout / "build").exists()  # nothing compiled first
 
 
+def test_a_kernel_that_does_not_compile_shows_nvccs_error_on_the_console(checkout):
+    source = checkout / "kernels" / "v11.cu"
+    source.write_text(source.read_text() + "this is not CUDA\n")
+    proc = snakemake(checkout, "build/sm_90/v11.json")
+    assert proc.returncode != 0  # through the rule's tee: Snakemake's bash has pipefail
+    console = proc.stdout + proc.stderr
+    at = console.index("error: compiling v11 for sm_90 failed:")
+    assert re.match(r"error: compiling v11 for sm_90 failed:\nkernels/v11\.cu\(\d+\): error: ", console[at:])
+    log = (checkout / "logs" / "compile" / "sm_90" / "v11.log").read_text()
+    assert "-cubin -arch=sm_90" in log.splitlines()[0]  # the command, then all nvcc said, then the error
+    assert log.count("this is not CUDA") == 2 and log.rstrip().endswith('in the compilation of "kernels/v11.cu".')
+    assert not (checkout / "build" / "sm_90" / "v11.json").exists()
+
+
+def test_without_nvcc_a_compile_says_so_on_the_console(checkout):
+    nvcc = os.path.dirname(shutil.which("nvcc"))
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if d != nvcc)
+    if shutil.which("tee", path=path) is None:
+        pytest.skip(f"nvcc shares {nvcc} with the shell's tools")
+    proc = snakemake(checkout, "build/sm_90/v11.json", env={**os.environ, "PATH": path})
+    assert proc.returncode != 0
+    assert "error: nvcc not found on PATH: the compile stage needs the CUDA toolkit" in proc.stdout + proc.stderr
+
+
 @NO_GPU
 def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--cubin", "x", "--record", "y",

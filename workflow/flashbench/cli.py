@@ -21,9 +21,15 @@ def _progress(message: str) -> None:
 
 
 def cmd_compile(a) -> None:
-    from .compile import compile_kernel
+    """On stdout the outcome, with nvcc's whole output where it failed; its error's first lines on
+    stderr (the rule sends stdout to the log alone, stderr to the log and the console)."""
+    from .compile import CommandFailed, compile_kernel
 
-    record = compile_kernel(a.kernel, a.source, a.arch, json.loads(a.flags), json.loads(a.defines), a.cubin)
+    try:
+        record = compile_kernel(a.kernel, a.source, a.arch, json.loads(a.flags), json.loads(a.defines), a.cubin)
+    except CommandFailed as e:
+        print(e.transcript, end="", flush=True)
+        raise
     write_json(a.record, record)
     print(f"{a.kernel} {a.arch}: {record['registers']} registers, {record['spill_bytes']} spill bytes, "
           f"{record['smem_bytes']} B smem, {record['blocks_per_sm']} blocks/SM")
