@@ -36,7 +36,8 @@ def test_the_archived_comparison_is_what_the_archived_results_render_to(tmp_path
     rows = table(text)
     for i, results_dir in enumerate(ARCHIVED):
         assert f"({results_dir.name}/report.md)" in text
-        assert {name: cells[i] for name, cells in rows.items() if name in measured(results_dir)} == measured(results_dir)
+        timed = measured(results_dir)
+        assert {name: cells[i] for name, cells in rows.items() if name in timed} == timed
     published = {k.name: k.published_tflops for k in settings.kernels + settings.peers}
     assert {name: cells[-1] for name, cells in rows.items()} == {
         name: f"{value:.2f}" if value is not None else "—" for name, value in published.items()}
@@ -50,7 +51,8 @@ def test_two_gpus_side_by_side(tmp_path):
     text = compare.render([first, second], TEMPLATE, reports / "README.md", reports / "compare.png").read_text()
     assert (reports / "compare.png").stat().st_size > 1000
     # both are an NVIDIA H200 (records.provenance): the folder tells them apart
-    assert "| kernel | [NVIDIA H200 (gpu-a)](gpu-a/report.md) | [NVIDIA H200 (gpu-b)](gpu-b/report.md) | write-up, B300 |" in text
+    assert ("| kernel | [NVIDIA H200 (gpu-a)](gpu-a/report.md) | [NVIDIA H200 (gpu-b)](gpu-b/report.md) "
+            "| write-up, B300 |") in text
     rows = table(text)
     assert list(rows) == [k["name"] for k in records.KERNELS + records.PEERS]
     assert {name: cells[0] for name, cells in rows.items()} == measured(first)

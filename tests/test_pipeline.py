@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("needs_nvcc")
 
 @pytest.fixture
 def checkout(tmp_path):
-    """What a fresh clone has: no build/, results/ or reports/."""
+    """The workflow alone: no build/, results/ or reports/."""
     return copy_checkout(tmp_path)
 
 
@@ -157,8 +157,9 @@ def test_without_a_gpu_report_compiles_and_rerenders_the_archive(checkout, setti
     assert proc.returncode == 0, proc.stderr
     assert job_counts(proc.stdout) == {"compile_kernel": 2 * len(settings.kernels), "render_report": len(ARCHIVED),
                                        "compare_gpus": 1, "report": 1}
-    assert (f"no NVIDIA GPU found: `snakemake report` compiles the kernels and brings the reports of {len(ARCHIVED)} "
-            f"archived GPU folder{'' if len(ARCHIVED) == 1 else 's'} ({', '.join(ARCHIVED)}) up to date;") in proc.stderr
+    folders = f"{len(ARCHIVED)} archived GPU folder{'' if len(ARCHIVED) == 1 else 's'} ({', '.join(ARCHIVED)})"
+    assert f"no NVIDIA GPU found: `snakemake report` compiles the kernels and brings the reports of {folders} up to date;" \
+        in proc.stderr
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +218,8 @@ def test_without_a_gpu_a_gpu_stage_fails_at_once(checkout, args):
     # the banner names every GPU stage, then the error is the last line, before any job
     banner, error = proc.stderr.splitlines()[1], proc.stderr.splitlines()[-1]
     assert banner.startswith("no NVIDIA GPU found: `snakemake report` compiles the kernels")
-    assert banner.endswith(f"{', '.join(GPU_TARGETS[:-1])} and {GPU_TARGETS[-1]} need a GPU and stop at once without one")
+    stages = f"{', '.join(GPU_TARGETS[:-1])} and {GPU_TARGETS[-1]}"
+    assert banner.endswith(f"{stages} need a GPU and stop at once without one")
     assert error.startswith("error: no NVIDIA GPU found")
     assert "Job stats" not in proc.stdout + proc.stderr
     assert not (checkout / "build").exists()  # nothing compiled first

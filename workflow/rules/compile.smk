@@ -17,6 +17,6 @@ rule compile_kernel:
         flags=json.dumps(SETTINGS.nvcc_flags),
         defines=lambda w: json.dumps(KERNELS[w.kernel].defines),
     shell:
-        ": > {log}; {PY} -m flashbench compile --kernel {wildcards.kernel} --source {input.source} --arch {wildcards.arch}"
-        " --flags {params.flags:q} --defines {params.defines:q} --cubin {output.cubin} --record {output.record}"
-        " 2>&1 >> {log} | tee -a {log} >&2"
+        ": > {log}; {PY} -m flashbench compile --kernel {wildcards.kernel} --source {input.source}"
+        " --arch {wildcards.arch} --flags {params.flags:q} --defines {params.defines:q}"
+        " --cubin {output.cubin} --record {output.record} 2>&1 >> {log} | tee -a {log} >&2"
