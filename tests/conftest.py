@@ -36,8 +36,8 @@ def needs_nvcc():
 
 
 def copy_checkout(dest: Path) -> Path:
-    """A copy of the workflow with no build/, results/ or reports/: what a fresh clone has. File
-    times are kept, so the sources stay older than anything built from them."""
+    """A copy of the workflow alone, no build/, results/ or reports/. File times are kept, so the
+    sources stay older than anything built from them."""
     for name in ("Snakefile", "config.yaml", "workflow", "kernels"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
