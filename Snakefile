@@ -7,7 +7,8 @@
 # the report refreshed; other kernels' jobs run only where they are out of date too.
 # With a GPU: compile -> check -> bench, sweep, profile (where ncu is found) -> summarize ->
 # render_report, kernels and PyTorch peers alike, archived under results/<gpu>/ and
-# reports/<gpu>/. Without one: compile, then re-render every archived report.
+# reports/<gpu>/. With a GPU or without: compile, render_report for every GPU archived under
+# results/, and compare_gpus (reports/README.md, reports/compare.png), each where out of date.
 from snakemake.utils import min_version
 
 min_version("9.27.1")
@@ -16,28 +17,18 @@ min_version("9.27.1")
 configfile: "config.yaml"
 
 
+# snakemake --report report.html: every report, figure and table of every GPU, and the comparison
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 
 
-if GPU_MODE:
-
-    rule report:
-        input:
-            report_outputs(GPU_SLUG),
-
-else:
-
-    rule report:
-        input:
-            compile_records(),
-            archived_results(),
-            template=REPORT_TEMPLATE,
-            hopper_template=HOPPER_TEMPLATE,
-            code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "cli"),
-        log:
-            "logs/rerender-archive.log",
-        shell:
-            "{PY} -m flashbench rerender-archive --template {input.template} 2>&1 | tee {log}"
+rule report:
+    input:
+        compile_records(),
+        rendered_reports(),
+        COMPARISON.values(),
 
 
 rule compile:
@@ -46,8 +37,8 @@ rule compile:
         "build/all-built",
 
 
-for ablation in ABLATIONS:
-    if GPU_MODE:
+if GPU_MODE:
+    for ablation in ABLATIONS:
 
         rule:
             name:
@@ -55,15 +46,14 @@ for ablation in ABLATIONS:
             input:
                 ablation_outputs(ablation),
 
-    else:
+else:
+    for target in GPU_TARGETS:
 
         rule:
             name:
-                f"ablation_{ablation}"
-            log:
-                f"logs/ablation_{ablation}-needs-gpu.log",
-            shell:
-                "{PY} -m flashbench require-gpu 2>&1 | tee {log}"
+                target
+            input:
+                fail_without_gpu,
 
 
 include: "workflow/rules/compile.smk"

@@ -1,9 +1,17 @@
+import importlib
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+import snakemake.cli as snakemake_cli
 
 from flashbench import config, gpu
+
+snakemake_shell = importlib.import_module("snakemake.shell")  # the module: the package's `shell` is its class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,6 +33,67 @@ def settings():
 def needs_nvcc():
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")
+
+
+def copy_checkout(dest: Path) -> Path:
+    """A copy of the workflow alone, no build/, results/ or reports/. File times are kept, so the
+    sources stay older than anything built from them."""
+    for name in ("Snakefile", "config.yaml", "workflow", "kernels"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
+    (dest / "profiles").symlink_to("workflow/profiles")
+    return dest
+
+
+def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
+    """`python -m snakemake --nolock ARGS` in `cwd`: Snakemake's own command line, run in a fork of
+    this process, which imports Snakemake once for the session (importing it is most of a dry run's
+    time). The fork's output, and its jobs', goes to its own stdout and stderr, as in a subprocess."""
+    argv = ["snakemake", "--nolock", *map(str, args)]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.chdir(cwd)
+                if env is not None:
+                    os.environ.clear()
+                    os.environ.update(env)
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
+                snakemake_shell.STDOUT = sys.stdout  # what it binds on import: its jobs' stdout
+                sys.argv = argv
+                snakemake_cli.main(argv[1:])
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else int(e.code is not None)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out.read().decode(),
+                                           err.read().decode())
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory, needs_nvcc):
+    """A checkout where the pipeline's compile stage has built every kernel, once per test session:
+    copy its build/ and .snakemake/metadata (see with_build) rather than compiling again."""
+    root = copy_checkout(tmp_path_factory.mktemp("built"))
+    proc = snakemake(root, "compile")
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def with_build(checkout: Path, built: Path) -> Path:
+    """`checkout` with the session's build/ and Snakemake's records of it, file times kept: its
+    compile jobs are up to date, as if it had compiled them itself."""
+    shutil.copytree(built / "build", checkout / "build")
+    shutil.copytree(built / ".snakemake" / "metadata", checkout / ".snakemake" / "metadata")
+    return checkout
 
 
 @pytest.fixture(scope="session")

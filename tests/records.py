@@ -1,7 +1,8 @@
 """Synthetic raw records shaped like the pipeline's, for CPU tests of summarize and render.
 The numbers are test inputs, not measurements: nothing here is written under results/."""
-from flashbench.files import write_json
+from flashbench.files import write_json, write_text
 from flashbench.occupancy import blocks_per_sm
+from flashbench.summary import summarize
 
 CASE = {"B": 1, "H": 64, "S": 1024, "D": 128}
 EXTRA = {"B": 2, "H": 16, "S": 2048, "D": 128}
@@ -163,3 +164,17 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
             write_json(path, compile_record(name, arch))
             paths["compiled"].append(path)
     return paths
+
+
+def results_folder(tmp, tflops: dict, failing: str | None = None, skipped: str | None = None,
+                   slug: str = "nvidia-h200"):
+    """What summarize makes of `write`'s records: tmp/results/<slug>/ with its tables, as archived."""
+    paths = write(tmp, tflops, failing, skipped)
+    summary, resources, profile, meta = summarize(KERNELS + PEERS, paths["checks"], paths["benches"], paths["compiled"],
+                                                  "sm_90", CASE, paths["sweeps"], paths["profiles"], SETTINGS)
+    out = tmp / "results" / slug
+    write_text(out / "summary.csv", summary.to_csv(index=False))
+    write_text(out / "resources.csv", resources.to_csv(index=False))
+    write_text(out / "profile.csv", profile.to_csv(index=False))
+    write_json(out / "kernels.json", meta)
+    return out

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from flashbench import FlashbenchError, config
-from flashbench.compile import compile_kernel
+from flashbench.compile import CommandFailed, compile_kernel
+from flashbench.files import read_json
 
 from conftest import ROOT
 
@@ -21,10 +22,9 @@ def kernel_archs(kernel):
 
 
 @pytest.fixture(scope="module")
-def records(settings, needs_nvcc, tmp_path_factory):
-    out = tmp_path_factory.mktemp("build")
-    return {(k.name, arch): compile_kernel(k.name, ROOT / k.source, arch, settings.nvcc_flags, k.defines,
-                                           out / arch / f"{k.name}.cubin")
+def records(settings, built):
+    """The compile records the pipeline's compile stage wrote (compile_kernel's, as JSON)."""
+    return {(k.name, arch): read_json(built / "build" / arch / f"{k.name}.json")
             for k in settings.kernels for arch in kernel_archs(k)}
 
 
@@ -53,8 +53,20 @@ def test_a_kernel_that_does_not_compile_is_a_clear_error(tmp_path, settings, nee
     broken = tmp_path / "broken.cu"
     broken.write_text('#include "flash_common.cuh"\nthis is not CUDA\n')
     (tmp_path / "flash_common.cuh").write_text((ROOT / "kernels" / "flash_common.cuh").read_text())
-    with pytest.raises(FlashbenchError, match="compiling broken for sm_90 failed"):
+    with pytest.raises(FlashbenchError, match="compiling broken for sm_90 failed") as failed:
         compile_kernel("broken", broken, "sm_90", settings.nvcc_flags, {}, tmp_path / "broken.cubin")
+    # nvcc's own words come first, for the console; the command and all of it, for the log
+    first, nvccs = str(failed.value).splitlines()[:2]
+    assert first == "compiling broken for sm_90 failed:" and nvccs.startswith(f"{broken}(2): error")
+    assert "nvcc -cubin -arch=sm_90" in failed.value.transcript.splitlines()[0]
+    assert nvccs in failed.value.transcript
+
+
+def test_a_long_error_shows_its_first_lines_and_keeps_the_rest_for_the_log():
+    error = CommandFailed("compiling x for sm_90", ["nvcc", "x.cu"], "\n".join(f"line {i}" for i in range(25)))
+    assert str(error).splitlines() == ["compiling x for sm_90 failed:", *(f"line {i}" for i in range(10)),
+                                       "... 15 more lines in the log"]
+    assert error.transcript.splitlines() == ["nvcc x.cu", *(f"line {i}" for i in range(25))]
 
 
 # ---- the chapter's static facts, from ptxas, for both archs ---------------------------------------

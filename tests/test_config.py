@@ -1,13 +1,11 @@
 import copy
-import subprocess
-import sys
 
 import pytest
 import yaml
 
 from flashbench.config import ConfigError, validate
 
-from conftest import ROOT
+from conftest import ROOT, snakemake
 
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
 
@@ -32,7 +30,9 @@ def test_the_shipped_config_is_valid():
     (lambda c: c["versions"].insert(1, "v99"), r"'versions\[1\]': unknown version 'v99'"),
     (lambda c: c["case"].update(S=1000), r"'case.S': 1000 is not a multiple of 128"),
     (lambda c: c["check"]["shapes"][1].update(S=200), r"'check.shapes\[1\].S': 200 is not a multiple of 128"),
-    (lambda c: c["case"].update(D=64), r"'case.D': 128 was expected"),
+    (lambda c: c["case"].update(D=64), r"'case.D': must be 128, not 64: the kernels are written for head dim 128 only: "
+                                        r"their tiles, swizzle and fragments are sized for it$"),
+    (lambda c: c["check"]["shapes"][0].update(D=96), r"'check.shapes\[0\].D': must be 128, not 96: the kernels are"),
     (lambda c: c["archs"].append("sm_75"), r"'archs\[2\]': 'sm_75' is not one of"),
     (lambda c: c["bench"].update(steps="100x"), r"'bench.steps': '100x' is not of type 'integer'"),
     (lambda c: c["check"].update(tolerance="1e-2"), r"'check.tolerance': '1e-2' is not of type 'number'"),
@@ -61,8 +61,7 @@ def test_bad_config_names_the_key(edit, message):
 def test_snakemake_rejects_bad_config_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(edited(lambda c: c["case"].update(S=1000))))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--nolock", "--configfile", str(bad)],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = snakemake(ROOT, "-n", "--configfile", bad)
     assert proc.returncode != 0
     assert "config key 'case.S': 1000 is not a multiple of 128" in proc.stderr + proc.stdout
     assert "Job stats" not in proc.stdout

@@ -1,33 +1,32 @@
 """The Snakemake DAG (dry runs) and the no-GPU behaviour of the command line."""
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import zipfile
 
 import pytest
 
 from flashbench import gpu
 
-from conftest import ROOT
+from conftest import ROOT, copy_checkout, snakemake, with_build
 
 pytestmark = pytest.mark.usefixtures("needs_nvcc")
 
 
 @pytest.fixture
 def checkout(tmp_path):
-    """A copy of the workflow with no build/, results/ or reports/: what a fresh clone has."""
-    for name in ("Snakefile", "config.yaml", "workflow", "kernels"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    (tmp_path / "profiles").symlink_to("workflow/profiles")
-    return tmp_path
+    """The workflow alone: no build/, results/ or reports/."""
+    return copy_checkout(tmp_path)
 
 
-def snakemake(cwd, *args, env=None):
-    return subprocess.run([sys.executable, "-m", "snakemake", "--nolock", *args], cwd=cwd,
-                          capture_output=True, text=True, env=env)
+@pytest.fixture
+def built_checkout(checkout, built):
+    """A fresh clone after `snakemake compile`."""
+    return with_build(checkout, built)
 
 
 @pytest.fixture
@@ -60,9 +59,15 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     proc = snakemake(checkout, "-n", *H200, env=with_ncu)
     assert proc.returncode == 0, proc.stderr
     n, peers = len(settings.kernels), len(settings.peers)
-    assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "all_built": 1, "check_kernel": n, "bench_kernel": n,
-                                       "sweep_kernel": n, "profile_kernel": n, "check_peer": peers, "bench_peer": peers,
-                                       "sweep_peer": peers, "summarize": 1, "render_report": 1, "report": 1}
+    assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "all_built": 1, "check_kernel": n,
+                                       "bench_kernel": n, "sweep_kernel": n, "profile_kernel": n, "check_peer": peers,
+                                       "bench_peer": peers, "sweep_peer": peers, "summarize": 1, "render_report": 1,
+                                       "compare_gpus": 1, "report": 1}
+    for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
+        assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
+        assert f"results/nvidia-h200/sweep/{name}.json" in proc.stdout
+    assert "results/nvidia-h200/profile/v12.json" in proc.stdout
+    assert "reports/nvidia-h200/report.md" in proc.stdout and "reports/nvidia-h200/sweep.png" in proc.stdout
 
 
 def a_gpu_here(tmp_path, line="NVIDIA H200, 9.0, 00000000:19:00.0"):
@@ -131,25 +136,26 @@ def _archs_here():
 
 
 @pytest.mark.parametrize("source, kernels", [("v11.cu", 1), ("v13.cu", 3)])  # v13.cu builds v13 and both ablations
-def test_one_kernel_edit_reruns_only_its_jobs(checkout, source, kernels):
-    assert snakemake(checkout, "compile", "--cores", "4").returncode == 0
+def test_one_kernel_edit_reruns_only_its_jobs(built_checkout, source, kernels):
+    checkout = built_checkout
+    assert "Nothing to be done" in snakemake(checkout, "-n", "compile").stdout
     (checkout / "kernels" / source).write_text((checkout / "kernels" / source).read_text() + "\n")
     proc = snakemake(checkout, "-n", "compile")
     assert job_counts(proc.stdout) == {"compile_kernel": kernels * len(_archs_here()), "compile": 1}
 
 
 @pytest.fixture
-def measured_checkout(checkout):
+def measured_checkout(built_checkout):
     """A checkout with every kernel built and the H200 archive in place, newer than the builds. Kernels
     the archive has no records of (added to config since that run) are left out of `versions`."""
     import yaml
 
+    checkout = built_checkout
     text = (checkout / "config.yaml").read_text()
     archived = {p.stem for p in (ROOT / "results" / "nvidia-h200" / "check").glob("*.json")}
     versions = [name for name in yaml.safe_load(text)["versions"] if name in archived]
     text = re.sub(r"^versions: \[.*\]$", f"versions: [{', '.join(versions)}]", text, count=1, flags=re.M)
     (checkout / "config.yaml").write_text(text)
-    assert snakemake(checkout, "compile", "--cores", "4", *H200).returncode == 0
     now = time.time()
     for age, pattern in enumerate(["results/nvidia-h200/*/*.json", "results/nvidia-h200/*.*", "reports/nvidia-h200/*"]):
         for path in ROOT.glob(pattern):  # in pipeline order: checks and timings, tables, report
@@ -183,24 +189,120 @@ def test_an_ablation_is_timed_again_on_request(measured_checkout):
     assert job_counts(proc.stdout) == {"bench_kernel": 1, "summarize": 1, "render_report": 1, "ablation_br128": 1}
 
 
-@pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
+NO_GPU = pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
+ARCHIVED = sorted(p.parent.name for p in (ROOT / "results").glob("*/summary.csv"))
+
+
+def with_archive(checkout):
+    """`checkout` with the archived results/ and reports/, the reports older than the results (as
+    after an edit of the template, or where a clone's file times fall so): every report is due."""
+    for name in ("results", "reports"):
+        shutil.copytree(ROOT / name, checkout / name)
+    long_ago = time.time() - 86400
+    for path in (checkout / "reports").rglob("*"):
+        os.utime(path, (long_ago, long_ago))
+    return checkout
+
+
+@NO_GPU
 def test_without_a_gpu_report_compiles_and_rerenders_the_archive(checkout, settings):
-    proc = snakemake(checkout, "-n")
+    proc = snakemake(with_archive(checkout), "-n")
     assert proc.returncode == 0, proc.stderr
-    assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "report": 1}
-    assert "no GPU found" in proc.stderr
+    assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "render_report": len(ARCHIVED),
+                                       "compare_gpus": 1, "report": 1}
+    folders = f"{len(ARCHIVED)} archived GPU folder{'' if len(ARCHIVED) == 1 else 's'} ({', '.join(ARCHIVED)})"
+    assert f"no NVIDIA GPU found: `snakemake report` compiles the kernels and brings the reports of {folders} up to date;" \
+        in proc.stderr
 
 
-@pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
-@pytest.mark.parametrize("target", ["check", "bench", "sweep", "profile", "ablation_br128"])
-def test_without_a_gpu_a_gpu_stage_fails_at_once(checkout, target):
-    proc = snakemake(checkout, target)
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory, built):
+    """A clone after `snakemake compile`, every archived report due, then `snakemake report` (no
+    GPU): the checkout and that run."""
+    checkout = with_archive(with_build(copy_checkout(tmp_path_factory.mktemp("reported")), built))
+    return checkout, snakemake(checkout, "report")
+
+
+@NO_GPU
+def test_without_a_gpu_report_renders_what_is_due_and_then_nothing(reported):
+    checkout, first = reported
+    assert first.returncode == 0, first.stderr
+    assert job_counts(first.stderr) == {"render_report": len(ARCHIVED), "compare_gpus": 1, "report": 1}
+    for path in ["reports/README.md", *(f"reports/{slug}/report.md" for slug in ARCHIVED)]:
+        assert (checkout / path).read_text() == (ROOT / path).read_text(), path
+    # up to date means nothing to do: not a compile, not a render
+    second = snakemake(checkout, "-n", "report")
+    assert second.returncode == 0, second.stderr
+    assert "Nothing to be done" in second.stdout and "Job stats" not in second.stdout
+
+
+@NO_GPU
+def test_snakemakes_html_report_holds_every_report_figure_and_table(reported):
+    checkout, _ = reported
+    proc = snakemake(checkout, "--report", "report.zip")
+    assert proc.returncode == 0, proc.stderr
+    archive = zipfile.ZipFile(checkout / "report.zip")
+    html = archive.read("report/report.html").decode()
+    # a category per archived GPU, its report, figures and tables; the comparison under "all GPUs"
+    categories = json.loads(re.search(r"var categories = (.*);\n", html)[1])
+    per_gpu = {slug: {"report": [f"reports/{slug}/report.md"],
+                      "figures": [f"reports/{slug}/{name}.png" for name in ("stalls", "sweep", "tflops")],
+                      "tables": [f"results/{slug}/{name}.csv" for name in ("profile", "resources", "summary")]}
+               for slug in ARCHIVED}
+    assert categories == {**per_gpu, "all GPUs": {"report": ["reports/README.md"], "figures": ["reports/compare.png"]}}
+    # each file as archived (the TFLOPS of summary.csv and README.md with it), captioned
+    held = {archive.read(name) for name in archive.namelist() if name.startswith("report/data/raw/")}
+    for files in (*per_gpu.values(), categories["all GPUs"]):
+        for path in sum(files.values(), []):
+            assert (checkout / path).read_bytes() in held, path
+    assert "Every archived GPU side by side" in html
+    for slug in ARCHIVED:
+        assert f"TFLOPS of each kernel and PyTorch peer on {slug} at the case" in html
+
+
+GPU_TARGETS = ["check", "bench", "sweep", "profile", "ablation_br128", "ablation_hybrid_smem"]
+
+
+@NO_GPU
+@pytest.mark.parametrize("args", [[target] for target in GPU_TARGETS] + [["-n", "check"], ["-n", "ablation_br128"]])
+def test_without_a_gpu_a_gpu_stage_fails_at_once(checkout, args):
+    proc = snakemake(checkout, *args)
     assert proc.returncode != 0
-    assert "error: no NVIDIA GPU found" in proc.stdout + proc.stderr
+    # the banner names every GPU stage, then the error is the last line, before any job
+    banner, error = proc.stderr.splitlines()[1], proc.stderr.splitlines()[-1]
+    assert banner.startswith("no NVIDIA GPU found: `snakemake report` compiles the kernels")
+    stages = f"{', '.join(GPU_TARGETS[:-1])} and {GPU_TARGETS[-1]}"
+    assert banner.endswith(f"{stages} need a GPU and stop at once without one")
+    assert error.startswith("error: no NVIDIA GPU found")
+    assert "Job stats" not in proc.stdout + proc.stderr
     assert not (checkout / "build").exists()  # nothing compiled first
 
 
-@pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
+def test_a_kernel_that_does_not_compile_shows_nvccs_error_on_the_console(checkout):
+    source = checkout / "kernels" / "v11.cu"
+    source.write_text(source.read_text() + "this is not CUDA\n")
+    proc = snakemake(checkout, "build/sm_90/v11.json")
+    assert proc.returncode != 0  # through the rule's tee: Snakemake's bash has pipefail
+    console = proc.stdout + proc.stderr
+    at = console.index("error: compiling v11 for sm_90 failed:")
+    assert re.match(r"error: compiling v11 for sm_90 failed:\nkernels/v11\.cu\(\d+\): error: ", console[at:])
+    log = (checkout / "logs" / "compile" / "sm_90" / "v11.log").read_text()
+    assert "-cubin -arch=sm_90" in log.splitlines()[0]  # the command, then all nvcc said, then the error
+    assert log.count("this is not CUDA") == 2 and log.rstrip().endswith('in the compilation of "kernels/v11.cu".')
+    assert not (checkout / "build" / "sm_90" / "v11.json").exists()
+
+
+def test_without_nvcc_a_compile_says_so_on_the_console(checkout):
+    nvcc = os.path.dirname(shutil.which("nvcc"))
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if d != nvcc)
+    if shutil.which("tee", path=path) is None:
+        pytest.skip(f"nvcc shares {nvcc} with the shell's tools")
+    proc = snakemake(checkout, "build/sm_90/v11.json", env={**os.environ, "PATH": path})
+    assert proc.returncode != 0
+    assert "error: nvcc not found on PATH: the compile stage needs the CUDA toolkit" in proc.stdout + proc.stderr
+
+
+@NO_GPU
 def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--cubin", "x", "--record", "y",
                            "--out", str(tmp_path / "o.json"), "--shapes", "[]", "--factor", "2", "--tolerance", "0.01"],

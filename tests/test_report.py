@@ -5,26 +5,14 @@ import pandas as pd
 import pytest
 
 from flashbench import FlashbenchError, claims, conclusions, report
-from flashbench.files import write_json, write_text
-from flashbench.summary import SUMMARY_COLUMNS, choices, summarize
+from flashbench.files import write_json
+from flashbench.summary import SUMMARY_COLUMNS, choices
 
 import records
 from conftest import ROOT
+from records import results_folder
 
 TEMPLATE = ROOT / "workflow" / "templates" / "report.md.j2"
-
-
-def results_folder(tmp_path, tflops, failing=None, skipped=None):
-    paths = records.write(tmp_path, tflops, failing, skipped)
-    summary, resources, profile, meta = summarize(records.KERNELS + records.PEERS, paths["checks"], paths["benches"],
-                                                  paths["compiled"], "sm_90", records.CASE, paths["sweeps"],
-                                                  paths["profiles"], records.SETTINGS)
-    out = tmp_path / "results" / "nvidia-h200"
-    write_text(out / "summary.csv", summary.to_csv(index=False))
-    write_text(out / "resources.csv", resources.to_csv(index=False))
-    write_text(out / "profile.csv", profile.to_csv(index=False))
-    write_json(out / "kernels.json", meta)
-    return out
 
 
 def test_summary_has_one_row_per_kernel_and_shape(tmp_path):

@@ -1,6 +1,6 @@
 """Command line of the pipeline's stages; each Snakemake rule calls one subcommand.
 
-    python -m flashbench compile | check | bench | summarize | render | rerender-archive ...
+    python -m flashbench compile | check | bench | sweep | profile | summarize | render | compare ...
     python -m flashbench wheelhouse --python 3.12 --platform manylinux_2_28_x86_64 DIR
 
 Errors the user can act on print one line, `error: ...`, and exit 1.
@@ -24,12 +24,18 @@ def _progress(message: str) -> None:
 
 
 def cmd_compile(a) -> None:
+    """On stdout the outcome, with nvcc's whole output where it failed; its error's first lines on
+    stderr (the rule sends stdout to the log alone, stderr to the log and the console)."""
     from . import gpu, gpulock
-    from .compile import compile_kernel
+    from .compile import CommandFailed, compile_kernel
 
     # Builds run beside each other but never beside a GPU job: every GPU's lock, shared.
     with gpulock.hold_shared(gpu.all_bus_ids(), f"compile {a.kernel} {a.arch}", progress=_progress):
-        record = compile_kernel(a.kernel, a.source, a.arch, json.loads(a.flags), json.loads(a.defines), a.cubin)
+        try:
+            record = compile_kernel(a.kernel, a.source, a.arch, json.loads(a.flags), json.loads(a.defines), a.cubin)
+        except CommandFailed as e:
+            print(e.transcript, end="", flush=True)
+            raise
     write_json(a.record, record)
     print(f"{a.kernel} {a.arch}: {record['registers']} registers, {record['spill_bytes']} spill bytes, "
           f"{record['smem_bytes']} B smem, {record['blocks_per_sm']} blocks/SM")
@@ -238,14 +244,10 @@ def cmd_render(a) -> None:
     print(f"wrote {render(a.results, a.reports, a.template, a.slug)}")
 
 
-def cmd_rerender_archive(a) -> None:
-    from .report import render
+def cmd_compare(a) -> None:
+    from .compare import render
 
-    archived = sorted(p.parent for p in Path(a.results_root).glob("*/summary.csv"))
-    print("no GPU found: GPU stages (check, bench) skipped; re-rendering the archived reports "
-          f"from {a.results_root}/ ({len(archived)} GPU{'s' if len(archived) != 1 else ''})")
-    for results in archived:
-        print(f"  {render(results, Path(a.reports_root) / results.name, a.template, results.name)}")
+    print(f"wrote {render(a.results, a.template, a.table, a.figure)} and {a.figure}")
 
 
 def cmd_wheelhouse(a) -> None:
@@ -257,12 +259,6 @@ def cmd_wheelhouse(a) -> None:
     requirement = f".[{','.join(a.extra)}]" if a.extra else "."
     print(f"{a.folder}: {len(wheels)} wheels for CPython {a.python} on {a.platform}. On the host, in the checkout:\n"
           f"  {shlex.join(wheelhouse.install_command(a.folder, '-e', requirement))}")
-
-
-def cmd_require_gpu(a) -> None:
-    from . import gpu
-
-    gpu.require()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -339,11 +335,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--slug", required=True)
     r.set_defaults(run=cmd_render)
 
-    r = sub.add_parser("rerender-archive", help="re-render every archived GPU's report (no GPU needed)")
-    r.add_argument("--results-root", default="results")
-    r.add_argument("--reports-root", default="reports")
+    r = sub.add_parser("compare", help="every GPU's TFLOPS side by side, from their results folders")
+    r.add_argument("--results", nargs="*", default=[], help="the GPUs' results folders, in column order")
     r.add_argument("--template", required=True)
-    r.set_defaults(run=cmd_rerender_archive)
+    r.add_argument("--table", required=True, help="the markdown table, beside each GPU's report folder")
+    r.add_argument("--figure", required=True)
+    r.set_defaults(run=cmd_compare)
 
     w = sub.add_parser("wheelhouse", help="download every wheel the pipeline needs, for a host without internet")
     w.add_argument("folder", help="where the wheels go (created if need be)")
@@ -353,8 +350,6 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--project", default=".", help="the repository root (default: here)")
     w.set_defaults(run=cmd_wheelhouse)
 
-    g = sub.add_parser("require-gpu", help="fail with a clear message where no GPU is found")
-    g.set_defaults(run=cmd_require_gpu)
     return p
 
 

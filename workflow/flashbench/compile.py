@@ -31,6 +31,19 @@ def nvcc_version() -> str:
     return next((line.strip() for line in out.splitlines() if "release" in line), out.strip())
 
 
+class CommandFailed(FlashbenchError):
+    """nvcc (or the launch-contract printer) failed. The message is its first lines of error, for
+    the console; `transcript` is the command and all it printed, for the log."""
+
+    shown = 10
+
+    def __init__(self, what: str, cmd: list[str], output: str):
+        lines = output.strip().splitlines()
+        more = [f"... {len(lines) - self.shown} more lines in the log"] if len(lines) > self.shown else []
+        super().__init__("\n".join([f"{what} failed:", *lines[: self.shown], *more]))
+        self.transcript = f"{shlex.join(cmd)}\n{output.strip()}\n"
+
+
 def define_flags(defines: dict) -> list[str]:
     return [f"-D{name}={value}" for name, value in sorted(defines.items())]
 
@@ -78,7 +91,7 @@ def cubin_command(source: Path, arch: str, flags: list[str], defines: dict, cubi
 def _run(cmd: list[str], what: str) -> str:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise FlashbenchError(f"{what} failed ({shlex.join(cmd)}):\n{proc.stderr.strip()}")
+        raise CommandFailed(what, cmd, proc.stdout + proc.stderr)
     return proc.stdout + proc.stderr
 
 

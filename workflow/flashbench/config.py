@@ -110,7 +110,10 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.path), list(map(str, e.path))))
     if errors:
         e = errors[0]
-        raise ConfigError(f"config key '{_key(e.path)}': {e.message}")
+        message = e.message
+        if e.validator == "const":  # a fixed value: its description says why
+            message = f"must be {e.validator_value!r}, not {e.instance!r}: {e.schema['description']}"
+        raise ConfigError(f"config key '{_key(e.path)}': {message}")
 
     definitions = config["kernels"]
     kernels = []

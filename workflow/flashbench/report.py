@@ -14,6 +14,7 @@ from .summary import TIMED, case_rows
 
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
 HOPPER_FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
+HOPPER_TEMPLATE = "hopper.md.j2"  # beside the chapter's template
 
 
 def load(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
@@ -52,27 +53,38 @@ def _nothing_to_plot(ax, why: str) -> None:
     ax.set_axis_off()
 
 
-def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path) -> None:
-    """Bars of measured TFLOPS per kernel and peer, the write-up's B300 figures beside them."""
+PUBLISHED = "write-up, B300"
+
+
+def bars_figure(bars: list[dict], order: list[str], title: str, path: Path) -> None:
+    """Grouped bars of TFLOPS: `bars` are {kernel, TFLOPS, source}, one hue per source, the kernels
+    and peers in `order`."""
     import seaborn as sns
 
-    long = []
-    for r in rows:
-        if r["tflops"] is not None:
-            long.append({"kernel": r["name"], "TFLOPS": r["tflops"], "source": f"measured, {gpu_name}"})
-        if r["published_tflops"] is not None:
-            long.append({"kernel": r["name"], "TFLOPS": r["published_tflops"], "source": "write-up, B300"})
-    fig, ax = _axes(max(6.0, 1.5 + 1.1 * len(rows)), 4.4)
-    if long:
-        sns.barplot(data=pd.DataFrame(long), x="kernel", y="TFLOPS", hue="source",
-                    order=[r["name"] for r in rows], ax=ax)
+    sources = list(dict.fromkeys(b["source"] for b in bars))
+    fig, ax = _axes(max(6.0, 1.5 + 0.55 * len(order) * max(2, len(sources))), 4.4)
+    if bars:
+        sns.barplot(data=pd.DataFrame(bars), x="kernel", y="TFLOPS", hue="source", order=order, ax=ax)
         for container in ax.containers:
             ax.bar_label(container, fmt="%.0f", fontsize=7)
-        ax.legend(title=None, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+        ax.legend(title=None, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(sources), 4),
+                  frameon=False)
         ax.tick_params(axis="x", labelrotation=25, labelsize=8)
-    ax.set_title(f"Attention forward, B={case['B']} H={case['H']} S={case['S']} D={case['D']}, fp16", fontsize=10)
+    ax.set_title(title, fontsize=10)
     ax.set_xlabel("")
     _save(fig, path)
+
+
+def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path) -> None:
+    """Bars of measured TFLOPS per kernel and peer, the write-up's B300 figures beside them."""
+    bars = []
+    for r in rows:
+        if r["tflops"] is not None:
+            bars.append({"kernel": r["name"], "TFLOPS": r["tflops"], "source": f"measured, {gpu_name}"})
+        if r["published_tflops"] is not None:
+            bars.append({"kernel": r["name"], "TFLOPS": r["published_tflops"], "source": PUBLISHED})
+    bars_figure(bars, [r["name"] for r in rows],
+                f"Attention forward, B={case['B']} H={case['H']} S={case['S']} D={case['D']}, fp16", path)
 
 
 def sweep_figure(sweep: pd.DataFrame, order: list[str], gpu_name: str, case: dict, path: Path) -> None:
@@ -219,14 +231,19 @@ def chapter(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
             profile[profile.kernel.isin(names)], {**meta, "kernels": kept})
 
 
+def fill(template: Path | str, **context) -> str:
+    """A jinja2 template filled in; a name the template uses but is not given is an error."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(template).parent)),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template(Path(template).name).render(**context)
+
+
 def render(results_dir: Path | str, report_dir: Path | str, template: Path | str, slug: str) -> Path:
     """report.md (the chapter) and hopper.md (the sm_90a line after it) with their figures."""
     everything = load(results_dir)
     summary, resources, profile, meta = chapter(*everything)
     ctx = context(summary, resources, profile, meta, slug)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(template).parent)),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    text = env.get_template(Path(template).name).render(**ctx)
+    text = fill(template, **ctx)
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     order = ctx["order"]
@@ -234,11 +251,11 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     sweep_figure(summary[summary.series == "sweep"], order, ctx["gpu_name"], meta["case"], report_dir / FIGURES["sweep"])
     stalls_figure(profile, order, report_dir / FIGURES["stalls"])
     write_text(report_dir / "report.md", text)
-    render_hopper(*everything, env, report_dir, slug, ctx["gpu_name"])
+    render_hopper(*everything, Path(template).with_name(HOPPER_TEMPLATE), report_dir, slug, ctx["gpu_name"])
     return report_dir / "report.md"
 
 
-def render_hopper(summary, resources, profile, meta, env, report_dir: Path, slug: str, gpu_name: str) -> None:
+def render_hopper(summary, resources, profile, meta, template: Path, report_dir: Path, slug: str, gpu_name: str) -> None:
     ctx = hopper.context(summary, resources, profile, meta)
     names = set(ctx["order"])
     checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
@@ -247,7 +264,6 @@ def render_hopper(summary, resources, profile, meta, env, report_dir: Path, slug
     tflops_figure(rows, gpu_name, meta["case"], report_dir / HOPPER_FIGURES["tflops"])
     sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]
     sweep_figure(sweep, ctx["order"], gpu_name, meta["case"], report_dir / HOPPER_FIGURES["sweep"])
-    text = env.get_template("hopper.md.j2").render(
-        **ctx, meta=meta, slug=slug, gpu_name=gpu_name, figures=HOPPER_FIGURES,
+    text = fill(template, **ctx, meta=meta, slug=slug, gpu_name=gpu_name, figures=HOPPER_FIGURES,
         correctness=correctness(checked, [k["name"] for k in ctx["line"]]))
     write_text(report_dir / "hopper.md", text)

@@ -52,11 +52,3 @@ if GPU_MODE:
     rule bench:
         input:
             run_records("bench"),
-
-else:
-
-    rule bench:
-        log:
-            "logs/bench-needs-gpu.log",
-        shell:
-            "{PY} -m flashbench require-gpu 2>&1 | tee {log}"

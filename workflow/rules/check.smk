@@ -50,11 +50,3 @@ if GPU_MODE:
     rule check:
         input:
             run_records("check"),
-
-else:
-
-    rule check:
-        log:
-            "logs/check-needs-gpu.log",
-        shell:
-            "{PY} -m flashbench require-gpu 2>&1 | tee {log}"

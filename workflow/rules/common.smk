@@ -55,18 +55,13 @@ elif NCU is None:
     PROFILE_NOTE = f"skipped: {SETTINGS.ncu or 'ncu'} was not found on this machine"
 else:
     PROFILE_NOTE = None
-if not GPU_MODE:
-    print(
-        "no GPU found: compiling the kernels and re-rendering the archived reports; "
-        "check and bench need a GPU and are skipped",
-        file=sys.stderr,
-    )
-
 PACKAGE = Path("workflow/flashbench")
 KERNEL_HEADERS = sorted(str(p) for p in Path("kernels").glob("*.cuh"))
 REPORT_TEMPLATE = "workflow/templates/report.md.j2"
 HOPPER_TEMPLATE = "workflow/templates/hopper.md.j2"  # rendered beside it, from the same folder
 ALL_BUILT = ancient("build/all-built")  # see rule all_built
+COMPARE_TEMPLATE = "workflow/templates/compare.md.j2"
+COMPARISON = {"table": "reports/README.md", "figure": "reports/compare.png"}  # every GPU side by side
 
 
 wildcard_constraints:
@@ -117,6 +112,18 @@ def compile_records():
 
 
 ABLATIONS = [name for name, k in KERNELS.items() if k.kind == "ablation"]
+GPU_TARGETS = ["check", "bench", "sweep", "profile", *(f"ablation_{name}" for name in ABLATIONS)]
+
+
+def fail_without_gpu(wildcards):
+    """Input of a GPU stage's target where no GPU is found: Snakemake stops with one line as it
+    builds the DAG, so a dry run fails too and nothing is compiled first."""
+    try:
+        fb_gpu.require()
+    except fb_gpu.NoGPUError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(1)
+    return []
 
 
 def ablation_outputs(name):
@@ -134,9 +141,9 @@ def run_records(stage, names=RUNS):
     return expand(f"results/{GPU_SLUG}/{stage}/{{name}}.json", name=names)
 
 
-def archived_results():
-    return sorted(str(p) for p in Path("results").glob("*/summary.csv"))
-
+def archived_gpus():
+    """The GPUs archived under results/ (the folders with a summary)."""
+    return sorted(p.parent.name for p in Path("results").glob("*/summary.csv"))
 
 
 def report_figures(gpu):
@@ -146,3 +153,33 @@ def report_figures(gpu):
 
 def report_outputs(gpu):
     return [f"reports/{gpu}/report.md", f"reports/{gpu}/hopper.md", *report_figures(gpu)]
+
+
+def in_report(path, subcategory, caption=None):
+    """`path` as an item of Snakemake's HTML report (snakemake --report report.html): under its GPU
+    (a path with {gpu}) or under "all GPUs", captioned by workflow/report/<caption or file stem>.rst."""
+    return report(
+        path,
+        caption=f"../report/{caption or Path(path).stem}.rst",
+        category="{gpu}" if "{gpu}" in path else "all GPUs",
+        subcategory=subcategory,
+    )
+
+
+def reported_gpus():
+    """The GPUs whose reports `report` brings up to date: every archived one, and this one's."""
+    return sorted(set(archived_gpus()) | ({GPU_SLUG} if GPU_MODE else set()))
+
+
+def rendered_reports():
+    return [path for gpu in reported_gpus() for path in report_outputs(gpu)]
+
+
+if not GPU_MODE:
+    archived = archived_gpus()
+    print(
+        f"no NVIDIA GPU found: `snakemake report` compiles the kernels and brings the reports of "
+        f"{len(archived)} archived GPU folder{'' if len(archived) == 1 else 's'} ({', '.join(archived) or 'none'}) "
+        f"up to date; {', '.join(GPU_TARGETS[:-1])} and {GPU_TARGETS[-1]} need a GPU and stop at once without one",
+        file=sys.stderr,
+    )

@@ -1,4 +1,6 @@
-# compile: one cubin and one ptxas record per kernel and architecture (no GPU needed).
+# compile: one cubin and one ptxas record per kernel and architecture (no GPU needed). The log
+# gets all nvcc printed; a failure's first lines of error reach the console too (stderr through tee;
+# both write by appending, so neither overwrites the other).
 
 
 rule compile_kernel:
@@ -15,9 +17,9 @@ rule compile_kernel:
         flags=json.dumps(SETTINGS.nvcc_flags),
         defines=lambda w: json.dumps(KERNELS[w.kernel].defines),
     shell:
-        "{PY} -m flashbench compile --kernel {wildcards.kernel} --source {input.source} --arch {wildcards.arch}"
-        " --flags {params.flags:q} --defines {params.defines:q} --cubin {output.cubin} --record {output.record}"
-        " > {log} 2>&1"
+        ": > {log}; {PY} -m flashbench compile --kernel {wildcards.kernel} --source {input.source}"
+        " --arch {wildcards.arch} --flags {params.flags:q} --defines {params.defines:q}"
+        " --cubin {output.cubin} --record {output.record} 2>&1 >> {log} | tee -a {log} >&2"
 
 
 # Every GPU job waits for every build, so no compile runs beside a timing (across runs the GPU

@@ -36,11 +36,3 @@ elif GPU_MODE:
             note=PROFILE_NOTE,
         shell:
             "echo 'profile: {params.note}' | tee {log}"
-
-else:
-
-    rule profile:
-        log:
-            "logs/profile-needs-gpu.log",
-        shell:
-            "{PY} -m flashbench require-gpu 2>&1 | tee {log}"

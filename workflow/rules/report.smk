@@ -1,5 +1,6 @@
 # summarize: this GPU's records into its tidy tables (GPU mode only: an archive is never
 # re-summarized with another machine's builds). render_report: any GPU's report from its tables.
+# compare_gpus: every reported GPU's TFLOPS side by side.
 
 if GPU_MODE:
 
@@ -38,19 +39,35 @@ if GPU_MODE:
 
 rule render_report:
     input:
-        summary="results/{gpu}/summary.csv",
-        resources="results/{gpu}/resources.csv",
-        profile="results/{gpu}/profile.csv",
+        **{table: in_report(f"results/{{gpu}}/{table}.csv", "tables") for table in ("summary", "resources", "profile")},
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
         hopper_template=HOPPER_TEMPLATE,
         code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "cli"),
     output:
-        report="reports/{gpu}/report.md",
-        hopper="reports/{gpu}/hopper.md",
-        figures=report_figures("{gpu}"),
+        report=in_report("reports/{gpu}/report.md", "report"),
+        hopper=in_report("reports/{gpu}/hopper.md", "report"),
+        **{Path(figure).stem: in_report(figure, "figures") for figure in report_figures("{gpu}")},
     log:
         "logs/{gpu}/render_report.log",
     shell:
         "{PY} -m flashbench render --results results/{wildcards.gpu} --reports reports/{wildcards.gpu}"
         " --template {input.template} --slug {wildcards.gpu} > {log} 2>&1"
+
+
+rule compare_gpus:
+    input:
+        summaries=expand("results/{gpu}/summary.csv", gpu=reported_gpus()),
+        kernels=expand("results/{gpu}/kernels.json", gpu=reported_gpus()),
+        template=COMPARE_TEMPLATE,
+        code=package_modules("compare", "cli"),
+    output:
+        table=in_report(COMPARISON["table"], "report", "comparison_table"),
+        figure=in_report(COMPARISON["figure"], "figures", "comparison_figure"),
+    log:
+        "logs/compare_gpus.log",
+    params:
+        results=expand("results/{gpu}", gpu=reported_gpus()),
+    shell:
+        "{PY} -m flashbench compare --results {params.results} --template {input.template}"
+        " --table {output.table} --figure {output.figure} > {log} 2>&1"

@@ -60,11 +60,3 @@ elif GPU_MODE:
             "logs/sweep-not-configured.log",
         shell:
             "echo 'sweep: no sweep in config.yaml' | tee {log}"
-
-else:
-
-    rule sweep:
-        log:
-            "logs/sweep-needs-gpu.log",
-        shell:
-            "{PY} -m flashbench require-gpu 2>&1 | tee {log}"
