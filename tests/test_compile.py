@@ -150,6 +150,25 @@ def test_v14_is_two_warpgroups_of_64_rows(records):
     assert v14["launch"]["dynamic_smem_bytes"] == 160 * 1024 + 56 + 1024
 
 
+def _sass(record) -> str:
+    cuobjdump = _cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found")
+    env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    cubin = record["command"].split(" -o ")[1].split()[0]
+    return subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, env=env, check=True).stdout
+
+
+def test_v15_is_a_producer_and_two_consumer_warpgroups(records):
+    v15 = records[("v15", "sm_90a")]
+    assert v15["launch"]["threads"] == 384 and v15["launch"]["block_rows"] == 128 and v15["launch"]["block_cols"] == 128
+    assert v15["registers"] <= 168  # __launch_bounds__(384, 1); setmaxnreg moves them between the roles
+    # Q 32 KB + 3 stages x (K 32 + V 32) KB, 13 barriers, and 1 KB to align the base: within the 227 KB opt-in
+    assert v15["launch"]["dynamic_smem_bytes"] == 224 * 1024 + 13 * 8 + 1024 <= 232448
+    sass = _sass(v15)
+    assert "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass
+
+
 def test_a_hopper_kernel_does_not_build_for_a_plain_arch(tmp_path, settings, needs_nvcc):
     with pytest.raises(FlashbenchError, match="needs sm_90a"):
         compile_kernel("v14", ROOT / "kernels" / "v14.cu", "sm_90", settings.nvcc_flags, {}, tmp_path / "v14.cubin")
