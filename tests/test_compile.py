@@ -169,6 +169,14 @@ def test_v15_is_a_producer_and_two_consumer_warpgroups(records):
     assert "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass
 
 
+def test_v16_takes_turns_on_named_barriers(records):
+    v15, v16 = records[("v15", "sm_90a")], records[("v16", "sm_90a")]
+    assert v16["launch"] == v15["launch"] and v16["registers"] <= 168
+    sass = _sass(v16)
+    assert "BAR.ARV" in sass and "BAR.SYNC.DEFER_BLOCKING R" in sass  # turn ids in a register: 1 + consumer
+    assert "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass
+
+
 def test_a_hopper_kernel_does_not_build_for_a_plain_arch(tmp_path, settings, needs_nvcc):
     with pytest.raises(FlashbenchError, match="needs sm_90a"):
         compile_kernel("v14", ROOT / "kernels" / "v14.cu", "sm_90", settings.nvcc_flags, {}, tmp_path / "v14.cubin")
