@@ -1,6 +1,7 @@
 """nvcc builds every configured kernel for sm_90 and sm_103, or for its own archs (the Hopper line:
 sm_90a), with no GPU (CPU only; nvcc needed)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -175,6 +176,18 @@ def test_v16_takes_turns_on_named_barriers(records):
     sass = _sass(v16)
     assert "BAR.ARV" in sass and "BAR.SYNC.DEFER_BLOCKING R" in sass  # turn ids in a register: 1 + consumer
     assert "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass
+
+
+def test_v17_runs_its_softmax_between_the_two_waits(records):
+    """The exps of the softmax sit after a wait_group 1 and before the next wait_group 0 in the SASS:
+    ptxas has not moved the wait for PV above them."""
+    v16, v17 = records[("v16", "sm_90a")], records[("v17", "sm_90a")]
+    assert v17["launch"] == v16["launch"] and v17["registers"] <= 168
+    sass = [line for line in _sass(v17).splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    waits = [i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR.LE" in line]
+    overlapped = [sum("MUFU.EX2" in line for line in sass[a:b]) for a, b in zip(waits, waits[1:])
+                  if "gsb0, 0x1" in sass[a]]
+    assert overlapped and all(n >= 64 for n in overlapped)
 
 
 def test_a_hopper_kernel_does_not_build_for_a_plain_arch(tmp_path, settings, needs_nvcc):
