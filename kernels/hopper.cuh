@@ -180,6 +180,17 @@ __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 
+// ---- named barriers (V16 on) ----------------------------------------------------------------------
+// The 16 hardware barriers of a block; id 0 is __syncthreads'. `threads` (a multiple of 32) is how
+// many arrivals complete the barrier: those that sync wait for it, those that arrive do not.
+// Both are .aligned: every thread of a warp executes the same one.
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 }  // namespace flash::hopper
 
 // ---- launch contract of a kernel that takes tensor maps -----------------------------------------
