@@ -167,10 +167,10 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
 
 
 def results_folder(tmp, tflops: dict, failing: str | None = None, skipped: str | None = None,
-                   slug: str = "nvidia-h200"):
+                   slug: str = "nvidia-h200", kernels=KERNELS):
     """What summarize makes of `write`'s records: tmp/results/<slug>/ with its tables, as archived."""
-    paths = write(tmp, tflops, failing, skipped)
-    summary, resources, profile, meta = summarize(KERNELS + PEERS, paths["checks"], paths["benches"], paths["compiled"],
+    paths = write(tmp, tflops, failing, skipped, kernels)
+    summary, resources, profile, meta = summarize(kernels + PEERS, paths["checks"], paths["benches"], paths["compiled"],
                                                   "sm_90", CASE, paths["sweeps"], paths["profiles"], SETTINGS)
     out = tmp / "results" / slug
     write_text(out / "summary.csv", summary.to_csv(index=False))

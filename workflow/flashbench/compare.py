@@ -15,6 +15,7 @@ import pandas as pd
 
 from .files import read_json, write_text
 from .report import PUBLISHED, bars_figure, fill
+from .summary import case_rows
 
 
 def not_timed_because(kernel: dict) -> str:
@@ -30,8 +31,8 @@ def column(results_dir: Path | str) -> dict:
     results_dir = Path(results_dir)
     summary = pd.read_csv(results_dir / "summary.csv")
     meta = read_json(results_dir / "kernels.json")
-    case = summary[(summary.series == "check") & summary.is_case].set_index("kernel").tflops.dropna()
-    measured = [k for k in meta["kernels"] if k.get("provenance")]
+    case = case_rows(summary).set_index("kernel").tflops.dropna()
+    measured = [k for k in meta["kernels"] if k.get("timing")]
     return {
         "slug": results_dir.name,
         "name": measured[0]["provenance"]["gpu"] if measured else results_dir.name,

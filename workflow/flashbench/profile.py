@@ -27,7 +27,7 @@ METRICS = {  # report name -> ncu metric
     "registers": "launch__registers_per_thread",
     "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
     "lsu_pipe_pct": "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
-    "tensor_pipe_pct": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "tensor_pipe_pct": "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",  # HMMA and HGMMA alike
     "issue_active_pct": "smsp__issue_active.avg.pct_of_peak_sustained_active",
     "eligible_warps": "smsp__warps_eligible.avg.per_cycle_active",
     "smem_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
