@@ -131,7 +131,7 @@ HOPPER = [k.name for k in config.load(ROOT / "config.yaml").kernels if k.archs a
 
 
 @pytest.mark.parametrize("name", HOPPER)
-def test_hopper_kernels_multiply_with_wgmma(records, name):
+def test_hopper_kernels_multiply_with_wgmma(records, built, name):
     """Every sm_90a kernel's SASS has HGMMA (wgmma) and no HMMA (mma.sync), and loads with TMA."""
     cuobjdump = _cuobjdump()
     if cuobjdump is None:
@@ -139,7 +139,8 @@ def test_hopper_kernels_multiply_with_wgmma(records, name):
     r = records[(name, "sm_90a")]
     env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     cubin = r["command"].split(" -o ")[1].split()[0]
-    sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, env=env, check=True).stdout
+    sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, env=env, check=True,
+                          cwd=built).stdout  # the command's paths are the built checkout's
     assert "HGMMA." in sass and "HMMA." not in sass
     assert "UTMALDG" in sass
 
@@ -163,39 +164,41 @@ def test_v14_is_two_warpgroups_of_64_rows(records):
     assert v14["launch"]["dynamic_smem_bytes"] == 160 * 1024 + 56 + 1024
 
 
-def _sass(record) -> str:
+def _sass(record, root: Path) -> str:
+    """The SASS of a record's cubin; `root`: the checkout that built it (the record's paths are its)."""
     cuobjdump = _cuobjdump()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found")
     env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     cubin = record["command"].split(" -o ")[1].split()[0]
-    return subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, env=env, check=True).stdout
+    return subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, env=env, check=True,
+                          cwd=root).stdout
 
 
-def test_v15_is_a_producer_and_two_consumer_warpgroups(records):
+def test_v15_is_a_producer_and_two_consumer_warpgroups(records, built):
     v15 = records[("v15", "sm_90a")]
     assert v15["launch"]["threads"] == 384 and v15["launch"]["block_rows"] == 128 and v15["launch"]["block_cols"] == 128
     assert v15["registers"] <= 168  # __launch_bounds__(384, 1); setmaxnreg moves them between the roles
     # Q 32 KB + 3 stages x (K 32 + V 32) KB, 13 barriers, and 1 KB to align the base: within the 227 KB opt-in
     assert v15["launch"]["dynamic_smem_bytes"] == 224 * 1024 + 13 * 8 + 1024 <= 232448
-    sass = _sass(v15)
+    sass = _sass(v15, built)
     assert "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass
 
 
-def test_v16_takes_turns_on_named_barriers(records):
+def test_v16_takes_turns_on_named_barriers(records, built):
     v15, v16 = records[("v15", "sm_90a")], records[("v16", "sm_90a")]
     assert v16["launch"] == v15["launch"] and v16["registers"] <= 168
-    sass = _sass(v16)
+    sass = _sass(v16, built)
     assert "BAR.ARV" in sass and "BAR.SYNC.DEFER_BLOCKING R" in sass  # turn ids in a register: 1 + consumer
     assert "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass
 
 
-def test_v17_runs_its_softmax_between_the_two_waits(records):
+def test_v17_runs_its_softmax_between_the_two_waits(records, built):
     """The exps of the softmax sit after a wait_group 1 and before the next wait_group 0 in the SASS:
     ptxas has not moved the wait for PV above them."""
     v16, v17 = records[("v16", "sm_90a")], records[("v17", "sm_90a")]
     assert v17["launch"] == v16["launch"] and v17["registers"] <= 168
-    sass = [line for line in _sass(v17).splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    sass = [line for line in _sass(v17, built).splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
     waits = [i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR.LE" in line]
     overlapped = [sum("MUFU.EX2" in line for line in sass[a:b]) for a, b in zip(waits, waits[1:])
                   if "gsb0, 0x1" in sass[a]]
