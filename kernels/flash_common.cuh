@@ -139,6 +139,15 @@ __device__ __forceinline__ float quad_sum(float x) {
 __device__ __forceinline__ void require_grid_covers(int seq_len, int block_rows, int block_cols) {
   if (int(gridDim.x) * block_rows != seq_len || seq_len % block_cols != 0) __trap();
 }
+// A persistent kernel (V18 on) is launched on a grid of its own size (about one block per SM, y = 1)
+// and walks the logical grid (row_tiles, heads) it is given as its two last parameters: the same
+// rule holds for that grid (row_tiles * block_rows == S, whole key tiles). Called before anything
+// waits on anything: a grid without whole key tiles would otherwise leave a consumer waiting for a
+// tile no one loads.
+__device__ __forceinline__ void require_tiles_cover(int seq_len, int row_tiles, int heads, int block_rows,
+                                                    int block_cols) {
+  if (row_tiles * block_rows != seq_len || seq_len % block_cols != 0 || heads < 1 || gridDim.y != 1) __trap();
+}
 
 }  // namespace flash
 
@@ -149,6 +158,8 @@ __device__ __forceinline__ void require_grid_covers(int seq_len, int block_rows,
 // Kernel signature shared by all versions (grid = (S / block_rows, B * H)):
 //   extern "C" __global__ void flash_attention_forward(const half* q, const half* k, const half* v,
 //                                                      half* o, int seq_len, float scale_log2);
+// (The Hopper line adds tensor maps after these six, and a persistent kernel its logical grid after
+// those, on a grid of its own size: hopper.cuh's contract macros.)
 #ifdef FLASH_PRINT_LAUNCH_CONTRACT
 #include <cstdio>
 #define FLASH_LAUNCH_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes)                        \

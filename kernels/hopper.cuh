@@ -198,18 +198,37 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
 // common parameters, in this order: q, k, v, each over the [B*H*S, 128] fp16 view of its array,
 // 128-byte swizzle, box {64 columns, box rows}:
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v)
+//
+// FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT (V18 on): a persistent kernel. The launcher launches
+// grid (min(ctas_per_sm * SMs, row tiles * heads), 1), the SM count read from the device, and passes
+// the logical grid, the one a non-persistent kernel is launched on, as two more int parameters:
+//   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, row_tiles, heads)
+// with row_tiles = S / block_rows and heads = B*H. The blocks walk its row_tiles * heads work tiles
+// among themselves; the kernel traps unless row_tiles * block_rows == S (require_tiles_cover).
 #ifdef FLASH_PRINT_LAUNCH_CONTRACT
+#define FLASH_PRINT_TMA_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, tail) \
+  std::printf("{\"threads\": %d, \"block_rows\": %d, \"block_cols\": %d, \"dynamic_smem_bytes\": %d, "              \
+              "\"head_dim\": %d, \"tensor_maps\": [{\"array\": \"q\", \"box\": [%d, %d], \"swizzle\": 128}, "        \
+              "{\"array\": \"k\", \"box\": [%d, %d], \"swizzle\": 128}, "                                           \
+              "{\"array\": \"v\", \"box\": [%d, %d], \"swizzle\": 128}]%s}\n",                                      \
+              int(threads), int(block_rows), int(block_cols), int(dynamic_smem_bytes), flash::kHeadDim,             \
+              flash::hopper::kBoxCols, int(q_box_rows), flash::hopper::kBoxCols, int(kv_box_rows),                  \
+              flash::hopper::kBoxCols, int(kv_box_rows), tail)
 #define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)     \
   int main() {                                                                                                      \
-    std::printf("{\"threads\": %d, \"block_rows\": %d, \"block_cols\": %d, \"dynamic_smem_bytes\": %d, "            \
-                "\"head_dim\": %d, \"tensor_maps\": [{\"array\": \"q\", \"box\": [%d, %d], \"swizzle\": 128}, "      \
-                "{\"array\": \"k\", \"box\": [%d, %d], \"swizzle\": 128}, "                                         \
-                "{\"array\": \"v\", \"box\": [%d, %d], \"swizzle\": 128}]}\n",                                      \
-                int(threads), int(block_rows), int(block_cols), int(dynamic_smem_bytes), flash::kHeadDim,           \
-                flash::hopper::kBoxCols, int(q_box_rows), flash::hopper::kBoxCols, int(kv_box_rows),                \
-                flash::hopper::kBoxCols, int(kv_box_rows));                                                         \
+    FLASH_PRINT_TMA_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, "");     \
+    return 0;                                                                                                       \
+  }
+#define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,      \
+                                             kv_box_rows, ctas_per_sm)                                              \
+  int main() {                                                                                                      \
+    char tail[64];                                                                                                  \
+    std::snprintf(tail, sizeof tail, ", \"persistent\": {\"ctas_per_sm\": %d}", int(ctas_per_sm));                 \
+    FLASH_PRINT_TMA_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, tail);   \
     return 0;                                                                                                       \
   }
 #else
 #define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)
+#define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,      \
+                                             kv_box_rows, ctas_per_sm)
 #endif

@@ -113,7 +113,7 @@ from flashbench.launch import AttentionKernel
 class Mislaunched(AttentionKernel):
     def __call__(self, q, k, v, o):
         B, H, S, D = q.shape
-        if sys.argv[3] == "short_grid":  # one row tile short: the kernel's guard must trap
+        if sys.argv[3] == "short_grid":  # one row tile short (a persistent kernel's row_tiles): its guard must trap
             self.launch(S // self.contract["block_rows"] - 1, B * H, q, k, v, o, S)
         else:  # Q at address 0: a fault
             self.launch(S // self.contract["block_rows"], B * H, np.uint64(0), k, v, o, S)

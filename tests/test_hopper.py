@@ -118,3 +118,95 @@ def test_supports_refuses_more_heads_than_grid_y_allows():
     assert kernel.supports(Shape(1, 65535, 128, 128)) is None
     assert "65535" in kernel.supports(Shape(2, 40000, 128, 128))
     assert "multiple" in kernel.supports(Shape(1, 1, 192, 128))
+
+
+# ---- persistent kernels (V18 on): their own grid, the logical grid as two trailing parameters ----------
+PERSISTENT = {**CONTRACT, "threads": 384, "persistent": {"ctas_per_sm": 1}}
+
+
+def _persistent_stub(sm_count=132, contract=PERSISTENT):
+    kernel = _Stub(contract)
+    kernel._sm_count = sm_count
+    return kernel
+
+
+def test_a_persistent_kernel_gets_one_block_per_sm_or_one_per_work_tile():
+    kernel = _persistent_stub()
+    assert kernel.persistent and not _Stub(CONTRACT).persistent
+    assert kernel.grid(8, 64) == (132, 1)      # the case: 512 work tiles on 132 SMs
+    assert kernel.grid(2, 5) == (10, 1)        # fewer tiles than SMs: one block each
+    assert kernel.grid(0, 1) == (1, 1)         # no tiles at all is still launched: the kernel's guard traps
+    assert _persistent_stub(contract={**PERSISTENT, "persistent": {"ctas_per_sm": 2}}).grid(8, 64) == (264, 1)
+    assert _Stub(CONTRACT).grid(8, 64) == (8, 64)  # a non-persistent kernel: the logical grid itself
+
+
+def test_a_persistent_parameter_block_ends_with_the_logical_grid(monkeypatch):
+    monkeypatch.setattr(tensormap, "encode_tiled_2d", _fake_encoder([]))
+    params = launch._tensor_map_params(PERSISTENT, 0x10000, 0x20000, 0x30000, 0x40000, seq_len=1024, heads=6,
+                                       scale_log2=1.0, row_tiles=8)
+    pointers = ctypes.cast(params.ptr, ctypes.POINTER(ctypes.c_void_p))
+    assert len(params.values) == 11
+    assert [ctypes.cast(pointers[i], ctypes.POINTER(ctypes.c_int32)).contents.value for i in (9, 10)] == [8, 6]
+    # a non-persistent contract takes no more than its nine parameters, whatever row_tiles says
+    assert len(launch._tensor_map_params(CONTRACT, 1 << 16, 2 << 16, 3 << 16, 4 << 16, seq_len=1024, heads=6,
+                                         scale_log2=1.0, row_tiles=8).values) == 9
+    with pytest.raises(FlashbenchError, match="row tiles"):
+        launch._tensor_map_params(PERSISTENT, 1, 2, 3, 4, seq_len=1024, heads=6, scale_log2=1.0)
+
+
+def test_persistent_parameter_blocks_are_cached_per_logical_grid(monkeypatch):
+    monkeypatch.setattr(tensormap, "encode_tiled_2d", _fake_encoder([]))
+    kernel = _persistent_stub()
+    first = kernel.params(0x10000, 0x20000, 0x30000, 0x40000, 1024, 64, 0.1275)
+    assert kernel.params(0x10000, 0x20000, 0x30000, 0x40000, 1024, 64, 0.1275, row_tiles=8) is first  # S / 128
+    short = kernel.params(0x10000, 0x20000, 0x30000, 0x40000, 1024, 64, 0.1275, row_tiles=7)
+    assert short is not first and ctypes.cast(short.pointers[9], ctypes.POINTER(ctypes.c_int32)).contents.value == 7
+
+
+class _FakeCupy:
+    """Just what AttentionKernel.launch touches of CuPy, recording cuLaunchKernel's arguments."""
+
+    def __init__(self):
+        self.launches = []
+        fake = self
+
+        class driver:
+            @staticmethod
+            def launchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+                fake.launches.append(((gx, gy, gz), (bx, by, bz), smem, params))
+
+        class stream:
+            ptr = 0
+
+        class cuda:
+            pass
+
+        cuda.driver = driver
+        cuda.get_current_stream = staticmethod(lambda: stream)
+        self.cuda = cuda
+
+
+def test_a_persistent_launch_passes_a_short_logical_grid_on_to_the_kernel(monkeypatch):
+    """The mislaunch the GPU tests make (one row tile short) reaches a persistent kernel as its
+    row_tiles parameter, on a grid of its own size: its guard (row_tiles * block_rows != S) traps."""
+    monkeypatch.setattr(tensormap, "encode_tiled_2d", _fake_encoder([]))
+    kernel = _persistent_stub()
+    kernel.cp, kernel.dynamic_smem = _FakeCupy(), 230512
+    kernel.function = type("F", (), {"kernel": type("K", (), {"ptr": 0})()})()
+    kernel.launch(1024 // 128, 64, 0x10000, 0x20000, 0x30000, 0x40000, 1024)
+    kernel.launch(1024 // 128 - 1, 1, 0x10000, 0x20000, 0x30000, 0x40000, 1024)
+    (grid, block, smem, params), (short_grid, _, _, short_params) = kernel.cp.launches
+    assert grid == (132, 1, 1) and block == (384, 1, 1) and smem == 230512 and short_grid == (7, 1, 1)
+
+    def logical(params_ptr):
+        pointers = ctypes.cast(params_ptr, ctypes.POINTER(ctypes.c_void_p))
+        return [ctypes.cast(pointers[i], ctypes.POINTER(ctypes.c_int32)).contents.value for i in (9, 10)]
+
+    assert logical(params) == [8, 64] and logical(short_params) == [7, 1]
+
+
+def test_a_persistent_kernel_is_not_held_to_the_grid_y_limit():
+    kernel = _persistent_stub()
+    assert kernel.supports(Shape(2, 40000, 128, 128)) is None  # its grid's y is 1
+    assert "int32" in kernel.supports(Shape(64, 1024, 32768, 128))  # 2^31 rows
+    assert "multiple" in kernel.supports(Shape(1, 1, 192, 128))  # whole tiles, as for every kernel

@@ -2,7 +2,12 @@
 
 A contract with `tensor_maps` (the Hopper line) names the TMA tensor maps the kernel takes after its
 six common parameters: they are encoded here (once per array address and shape, not per call) and
-the kernel is launched with cuLaunchKernel, which can pass them (tensormap.py)."""
+the kernel is launched with cuLaunchKernel, which can pass them (tensormap.py).
+
+A contract with `persistent` (V18 on) is a persistent kernel: it is launched on grid
+(min(ctas_per_sm * SMs, row tiles * heads), 1), the SM count read from the device, and takes the
+logical grid (row tiles, heads), the grid a non-persistent kernel is launched on, as two int
+parameters after its tensor maps; its blocks walk the row tiles * heads work tiles among themselves."""
 from __future__ import annotations
 
 import math
@@ -16,6 +21,7 @@ from .compile import ENTRY
 from .config import Shape
 
 MAX_GRID_Y = 65535  # gridDim.y limit: the grid's y is B*H
+MAX_INT32 = 2**31 - 1  # a persistent kernel counts its work tiles, and every kernel its rows, in int
 
 
 class AttentionKernel:
@@ -44,9 +50,33 @@ class AttentionKernel:
         for what in ("block_rows", "block_cols"):
             if shape.S % c[what]:
                 return f"S={shape.S} is not a multiple of {self.name}'s {what} ({c[what]})"
-        if shape.B * shape.H > MAX_GRID_Y:
+        if self.persistent:
+            if shape.B * shape.H * shape.S > MAX_INT32:
+                return f"B*H*S={shape.B * shape.H * shape.S} rows are above the int32 {self.name} counts them in"
+        elif shape.B * shape.H > MAX_GRID_Y:
             return f"B*H={shape.B * shape.H} is above the grid's limit of {MAX_GRID_Y} heads (gridDim.y)"
         return None
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the kernel walks its work tiles on a grid of its own size (V18 on)."""
+        return "persistent" in self.contract
+
+    @property
+    def sm_count(self) -> int:
+        """The device's number of SMs (the size of a persistent kernel's grid)."""
+        if getattr(self, "_sm_count", None) is None:
+            self._sm_count = int(self.cp.cuda.Device().attributes["MultiProcessorCount"])
+        return self._sm_count
+
+    def grid(self, row_tiles: int, heads: int) -> tuple[int, int]:
+        """The grid a launch of the logical grid (row_tiles, heads) runs on: itself, or for a persistent
+        kernel min(ctas_per_sm * SMs, work tiles) blocks (at least one: a wrong logical grid of no tiles
+        is still launched, and the kernel's guard traps)."""
+        if not self.persistent:
+            return row_tiles, heads
+        ctas = self.contract["persistent"]["ctas_per_sm"] * self.sm_count
+        return max(1, min(ctas, row_tiles * heads)), 1
 
     @property
     def smallest_seq_len(self) -> int:
@@ -88,21 +118,30 @@ class AttentionKernel:
         return lambda: graph.launch(cp.cuda.get_current_stream())
 
     def launch(self, row_tiles: int, heads: int, q, k, v, o, seq_len: int, scale: float | None = None) -> None:
-        """The raw launch: grid (row_tiles, heads), no checks (tests use it to launch wrongly on purpose).
-        `scale`: the softmax scale, 1/sqrt(D) unless given."""
+        """The raw launch of the logical grid (row_tiles, heads), no checks (tests use it to launch wrongly
+        on purpose): that grid itself, or for a persistent kernel its own grid (`grid`) with row_tiles
+        and heads as parameters. `scale`: the softmax scale, 1/sqrt(D) unless given."""
         scale_log2 = (attention.softmax_scale(self.contract["head_dim"]) if scale is None else scale) * LOG2E
         if "tensor_maps" not in self.contract:
-            self.function((row_tiles, heads), (self.contract["threads"],),
-                          (q, k, v, o, np.int32(seq_len), np.float32(scale_log2)), shared_mem=self.dynamic_smem)
+            args = (q, k, v, o, np.int32(seq_len), np.float32(scale_log2))
+            if self.persistent:
+                args += (np.int32(row_tiles), np.int32(heads))
+            self.function(self.grid(row_tiles, heads), (self.contract["threads"],), args, shared_mem=self.dynamic_smem)
             return
-        params = self.params(q, k, v, o, seq_len, heads, scale_log2)
-        self.cp.cuda.driver.launchKernel(self.function.kernel.ptr, row_tiles, heads, 1, self.contract["threads"], 1, 1,
+        params = self.params(q, k, v, o, seq_len, heads, scale_log2, row_tiles)
+        grid_x, grid_y = self.grid(row_tiles, heads)
+        self.cp.cuda.driver.launchKernel(self.function.kernel.ptr, grid_x, grid_y, 1, self.contract["threads"], 1, 1,
                                          self.dynamic_smem, self.cp.cuda.get_current_stream().ptr, params.ptr, 0)
 
-    def params(self, q, k, v, o, seq_len: int, heads: int, scale_log2: float):
+    def params(self, q, k, v, o, seq_len: int, heads: int, scale_log2: float, row_tiles: int | None = None):
         """The cuLaunchKernel parameter block of a kernel that takes tensor maps, cached per array
-        addresses, shape and scale: the timed loop reuses it instead of encoding three maps per call."""
+        addresses, shape and scale: the timed loop reuses it instead of encoding three maps per call.
+        `row_tiles` (S / block_rows unless given) is passed to a persistent kernel only."""
+        if row_tiles is None:
+            row_tiles = seq_len // self.contract["block_rows"]
         key = tuple(_address(a) for a in (q, k, v, o)) + (seq_len, heads, scale_log2)
+        if self.persistent:
+            key += (row_tiles,)
         params = self._params.get(key)
         if params is None:
             params = _tensor_map_params(self.contract, *key)
@@ -118,8 +157,10 @@ def _address(a) -> int:
     return int(data.ptr) if data is not None and hasattr(data, "ptr") else int(a)
 
 
-def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: int, heads: int, scale_log2: float):
-    """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order) for cuLaunchKernel. Each map
+def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: int, heads: int, scale_log2: float,
+                       row_tiles: int | None = None):
+    """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order[, row_tiles, heads]) for
+    cuLaunchKernel: the last two for a persistent contract only, which needs `row_tiles`. Each map
     covers its array as the [heads * seq_len, head_dim] fp16 matrix it is, with the contract's box."""
     import ctypes
 
@@ -134,6 +175,11 @@ def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: 
         maps.append(tensormap.encode_tiled_2d(arrays[spec["array"]], rows, cols, tuple(spec["box"]), spec["swizzle"]))
     common = (ctypes.c_uint64(q), ctypes.c_uint64(k), ctypes.c_uint64(v), ctypes.c_uint64(o), ctypes.c_int32(seq_len),
               ctypes.c_float(scale_log2))
-    params = tensormap.Params(*common, *(m for m, _ in maps))
+    logical_grid = ()
+    if "persistent" in contract:
+        if row_tiles is None:
+            raise FlashbenchError("a persistent kernel is passed its row tiles: none given")
+        logical_grid = (ctypes.c_int32(row_tiles), ctypes.c_int32(heads))
+    params = tensormap.Params(*common, *(m for m, _ in maps), *logical_grid)
     params.owners = [owner for _, owner in maps]  # the buffers the maps live in
     return params
