@@ -109,3 +109,13 @@ def test_the_clock_window_flags_throttling():
     s = summarize(capped)
     assert s["throttled"] and s["throttle_reasons"] == ["sw_power_cap"] and s["sm_clock_mhz"]["min"] == 1600
     assert summarize([])["throttled"] is None
+
+
+def test_without_nvml_the_clock_sampler_stops_with_one_clear_error():
+    from flashbench import FlashbenchError, gpu
+    from flashbench.clocks import ClockSampler
+
+    if gpu.detect() is not None:
+        pytest.skip("a GPU is here: NVML answers")
+    with pytest.raises(FlashbenchError, match="the NVML clock sampler stopped: "):
+        ClockSampler("0000:19:00.0", timeout_s=20)
