@@ -89,6 +89,31 @@ __device__ __forceinline__ void tma_load_tile(half* dst, const CUtensorMap* map,
   tma_load_2d(dst + kRows * kBoxCols, map, bar, kBoxCols, row);
 }
 
+// ---- TMA store: shared memory -> a 2-D box of a tensor map (V19 on) -----------------------------
+// The other direction: the box at {col, row} of the map is written from shared memory laid out as a
+// load of the same box would have left it (the map's swizzle). Ordinary shared-memory writes of the
+// source must be made visible to the async proxy first (fence_proxy_async, by every writing thread,
+// then a barrier before the one thread that stores). A store joins the issuing thread's current
+// bulk async-group; commit closes it, and wait_group(_read) waits for that thread's own groups only.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int col, int row) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(col), "r"(row), "r"(smem_addr(src))
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most kInFlight of this thread's bulk groups have not yet finished *reading* shared memory
+// (their source may be overwritten; the global writes may still be under way).
+template <int kInFlight>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kInFlight) : "memory");
+}
+// Until at most kInFlight of this thread's bulk groups are complete, global writes included.
+template <int kInFlight>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kInFlight) : "memory");
+}
+
 // ---- wgmma shared-memory matrix descriptor ------------------------------------------------------
 // 64 bits (PTX ISA "matrix descriptor"; CUTLASS's GmmaDescriptor):
 //   bits  0-13  start address >> 4        bits 16-29  leading-dimension byte offset >> 4 (LBO)
@@ -205,15 +230,23 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, row_tiles, heads)
 // with row_tiles = S / block_rows and heads = B*H. The blocks walk its row_tiles * heads work tiles
 // among themselves; the kernel traps unless row_tiles * block_rows == S (require_tiles_cover).
+//
+// FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT_O (V19 on): as the persistent one, plus a fourth map over o
+// (box {64 columns, o_box_rows}, 128-byte swizzle) that the kernel stores O through, passed after v's:
+//   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, heads)
 #ifdef FLASH_PRINT_LAUNCH_CONTRACT
 #define FLASH_PRINT_TMA_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, tail) \
+  FLASH_PRINT_TMA_CONTRACT_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, "", tail)
+// more_maps: "" or further entries of the tensor_maps list, each starting with ", ".
+#define FLASH_PRINT_TMA_CONTRACT_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, \
+                                      more_maps, tail)                                                             \
   std::printf("{\"threads\": %d, \"block_rows\": %d, \"block_cols\": %d, \"dynamic_smem_bytes\": %d, "              \
               "\"head_dim\": %d, \"tensor_maps\": [{\"array\": \"q\", \"box\": [%d, %d], \"swizzle\": 128}, "        \
               "{\"array\": \"k\", \"box\": [%d, %d], \"swizzle\": 128}, "                                           \
-              "{\"array\": \"v\", \"box\": [%d, %d], \"swizzle\": 128}]%s}\n",                                      \
+              "{\"array\": \"v\", \"box\": [%d, %d], \"swizzle\": 128}%s]%s}\n",                                    \
               int(threads), int(block_rows), int(block_cols), int(dynamic_smem_bytes), flash::kHeadDim,             \
               flash::hopper::kBoxCols, int(q_box_rows), flash::hopper::kBoxCols, int(kv_box_rows),                  \
-              flash::hopper::kBoxCols, int(kv_box_rows), tail)
+              flash::hopper::kBoxCols, int(kv_box_rows), more_maps, tail)
 #define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)     \
   int main() {                                                                                                      \
     FLASH_PRINT_TMA_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, "");     \
@@ -227,8 +260,21 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
     FLASH_PRINT_TMA_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, tail);   \
     return 0;                                                                                                       \
   }
+#define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT_O(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,    \
+                                               kv_box_rows, o_box_rows, ctas_per_sm)                                \
+  int main() {                                                                                                      \
+    char o_map[96], tail[64];                                                                                       \
+    std::snprintf(o_map, sizeof o_map, ", {\"array\": \"o\", \"box\": [%d, %d], \"swizzle\": 128}",                  \
+                  flash::hopper::kBoxCols, int(o_box_rows));                                                        \
+    std::snprintf(tail, sizeof tail, ", \"persistent\": {\"ctas_per_sm\": %d}", int(ctas_per_sm));                 \
+    FLASH_PRINT_TMA_CONTRACT_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows,    \
+                                  o_map, tail);                                                                     \
+    return 0;                                                                                                       \
+  }
 #else
 #define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,      \
                                              kv_box_rows, ctas_per_sm)
+#define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT_O(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,    \
+                                               kv_box_rows, o_box_rows, ctas_per_sm)
 #endif

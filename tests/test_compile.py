@@ -145,7 +145,7 @@ def test_hopper_kernels_build_clean_with_one_block_per_sm(records, name):
     assert "C7508" not in r["ptxas_report"] and "C7510" not in r["ptxas_report"]  # setmaxnreg ignored, wgmma serialized
     assert "warning" not in r["ptxas_report"].lower()
     assert r["static_smem_bytes"] == 0 and r["launch"]["dynamic_smem_bytes"] > 128 * 1024
-    assert [m["array"] for m in r["launch"]["tensor_maps"]] == ["q", "k", "v"]
+    assert [m["array"] for m in r["launch"]["tensor_maps"]] in (["q", "k", "v"], ["q", "k", "v", "o"])  # o: V19 on
     assert all(m["swizzle"] == 128 and m["box"][0] * 2 <= 128 for m in r["launch"]["tensor_maps"])
     assert r["blocks_per_sm"] == 1
 
@@ -212,6 +212,29 @@ def test_v18_is_v17_on_a_persistent_grid(records, built):
                   if "gsb0, 0x1" in sass[a]]
     assert overlapped and all(n >= 64 for n in overlapped)
     # the guard comes first: a trap before the barriers are set up, the roles split, or anyone waits
+    first_trap = next(i for i, line in enumerate(sass) if "BPT.TRAP" in line)
+    assert first_trap < min(i for i, line in enumerate(sass) if "SYNCS.EXCH" in line)
+
+
+def test_v19_stores_o_through_shared_memory_with_tma(records, built):
+    """V19 is V18's launch plus a tensor map over o (64-row boxes, one per consumer warpgroup and half),
+    with a 2-stage K/V ring and a 32 KB O tile: 64 KB of K/V and one stage's 4 barriers less, 32 KB of
+    O more. Its SASS writes O with stmatrix and TMA stores, and has no plain global stores left."""
+    v18, v19 = records[("v18", "sm_90a")], records[("v19", "sm_90a")]
+    o_map = {"array": "o", "box": [64, 64], "swizzle": 128}
+    assert v19["launch"] == {**v18["launch"], "tensor_maps": v18["launch"]["tensor_maps"] + [o_map],
+                             "dynamic_smem_bytes": v18["launch"]["dynamic_smem_bytes"] - 64 * 1024 + 32 * 1024 - 4 * 8}
+    assert v19["launch"]["dynamic_smem_bytes"] <= 232448 and v19["registers"] <= 168
+    assert v19["spill_bytes"] == 0 and "C7508" not in v19["ptxas_report"]
+    sass_text = _sass(v19, built)
+    assert "HGMMA." in sass_text and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass_text
+    assert "UTMASTG" in sass_text and "STSM" in sass_text and "FENCE.VIEW.ASYNC.S" in sass_text
+    assert not re.search(r"\bSTG\.", sass_text)  # O leaves through TMA only
+    sass = [line for line in sass_text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    waits = [i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR.LE" in line]
+    overlapped = [sum("MUFU.EX2" in line for line in sass[a:b]) for a, b in zip(waits, waits[1:])
+                  if "gsb0, 0x1" in sass[a]]
+    assert overlapped and all(n >= 64 for n in overlapped)
     first_trap = next(i for i, line in enumerate(sass) if "BPT.TRAP" in line)
     assert first_trap < min(i for i, line in enumerate(sass) if "SYNCS.EXCH" in line)
 
