@@ -172,13 +172,16 @@ def test_the_reference_works_out_its_own_scale_from_d():
     assert np.abs(attention.reference(q, k, v, np) - expected).max() < 1e-5
 
 
-def test_a_kernel_must_run_every_configured_shape_a_peer_may_skip_one():
-    kernel = check_kernel(Implementation(max_seq_len=64), SMALL, GATE, kinds=["normal"], progress=lambda m: None)
+def test_a_kernel_must_run_every_configured_shape_a_peer_may_skip_one_but_not_the_case():
+    case_first = [SMALL[1], SMALL[0]]  # S=64 (the case here), then S=128
+    kernel = check_kernel(Implementation(max_seq_len=64), case_first, GATE, kinds=["normal"], progress=lambda m: None)
     assert not kernel["passed"] and "a configured shape it cannot run" in kernel["reason"]
     peer = Implementation(max_seq_len=64, name="peer")
     peer.skips_unsupported = True
-    result = check_kernel(peer, SMALL, GATE, kinds=["normal"], progress=lambda m: None)
-    assert result["passed"] and result["shapes"][0]["reason"].startswith("not checked: S=128")
+    result = check_kernel(peer, case_first, GATE, kinds=["normal"], progress=lambda m: None)
+    assert result["passed"] and result["shapes"][1]["reason"].startswith("not checked: S=128")
+    at_the_case = check_kernel(peer, SMALL, GATE, kinds=["normal"], progress=lambda m: None)  # S=128 first
+    assert not at_the_case["passed"] and at_the_case["reason"].startswith("B=1 H=3 S=128 normal: not checked: S=128")
 
 
 def test_no_kernel_for_a_shape_is_a_skip_anything_else_stops_the_check():

@@ -97,8 +97,11 @@ def test_a_defect_planted_in_the_real_kernel_fails_its_check(build, name, defect
     planted = Planted(built(build, name).cubin, build[name].record)
     planted.defect = defect
     for shape in (CASE, Shape(3, 5, 512, 128)):
+        assert check_kernel(build[name], [shape], gate, kinds=["normal"], progress=lambda m: None)["passed"]
         result = check_kernel(planted, [shape], gate, kinds=["normal"], progress=lambda m: None)
         assert not result["passed"], (name, defect, shape)
+        # failed by the gate itself: NaN where nothing was written, else an error above its bound
+        assert ("NaN/Inf" in result["reason"]) if defect == "unwritten_tile" else ("plain fp16" in result["reason"])
 
 
 # Run in a child process: a trap or a fault leaves the CUDA context unusable for the rest of the process.

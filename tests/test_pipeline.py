@@ -180,7 +180,7 @@ def test_an_ablation_target_reruns_that_ablation_alone(measured_checkout, ablati
     proc = snakemake(measured_checkout, "-n", target, *H200)
     assert proc.returncode == 0, proc.stderr
     profiled = {"profile_kernel": 1} if PROFILING_HERE else {}
-    assert job_counts(proc.stdout) == {"compile_kernel": 2, "check_kernel": 1, "bench_kernel": 1, "sweep_kernel": 1,
+    assert job_counts(proc.stdout) == {"compile_kernel": 2, "all_built": 1, "check_kernel": 1, "bench_kernel": 1, "sweep_kernel": 1,
                                        **profiled, "summarize": 1, "render_report": 1, target: 1}
     assert f"results/nvidia-h200/bench/{ablation}.json" in proc.stdout
 
@@ -229,7 +229,7 @@ def test_without_a_gpu_report_renders_what_is_due_and_then_nothing(reported):
     checkout, first = reported
     assert first.returncode == 0, first.stderr
     assert job_counts(first.stderr) == {"render_report": len(ARCHIVED), "compare_gpus": 1, "report": 1}
-    for path in ["reports/README.md", *(f"reports/{slug}/report.md" for slug in ARCHIVED)]:
+    for path in ["reports/README.md", *(f"reports/{slug}/{name}.md" for slug in ARCHIVED for name in ("report", "hopper"))]:
         assert (checkout / path).read_text() == (ROOT / path).read_text(), path
     # up to date means nothing to do: not a compile, not a render
     second = snakemake(checkout, "-n", "report")
@@ -246,8 +246,9 @@ def test_snakemakes_html_report_holds_every_report_figure_and_table(reported):
     html = archive.read("report/report.html").decode()
     # a category per archived GPU, its report, figures and tables; the comparison under "all GPUs"
     categories = json.loads(re.search(r"var categories = (.*);\n", html)[1])
-    per_gpu = {slug: {"report": [f"reports/{slug}/report.md"],
-                      "figures": [f"reports/{slug}/{name}.png" for name in ("stalls", "sweep", "tflops")],
+    per_gpu = {slug: {"report": [f"reports/{slug}/hopper.md", f"reports/{slug}/report.md"],
+                      "figures": [f"reports/{slug}/{name}.png" for name in
+                                  ("hopper_sweep", "hopper_tflops", "stalls", "sweep", "tflops")],
                       "tables": [f"results/{slug}/{name}.csv" for name in ("profile", "resources", "summary")]}
                for slug in ARCHIVED}
     assert categories == {**per_gpu, "all GPUs": {"report": ["reports/README.md"], "figures": ["reports/compare.png"]}}

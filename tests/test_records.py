@@ -1,7 +1,6 @@
 """Records that belong together: one GPU, PCI bus id and driver per archive, and what is timed,
 swept and profiled is the cubin that passed its check."""
 import json
-import types
 
 import pytest
 
@@ -43,14 +42,29 @@ def test_summarize_refuses_a_timing_of_another_cubin_than_the_one_built(tmp_path
         gather(paths)
 
 
+def test_summarize_ties_a_hopper_kernel_to_its_sm_90a_build(tmp_path):
+    kernels = records.KERNELS + records.HOPPER
+    paths = records.write(tmp_path, {**TFLOPS, "v14": 430.0, "v15": 450.0}, kernels=kernels)
+
+    def gather_all():
+        return summarize(kernels + records.PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90",
+                         records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS)
+
+    gather_all()
+    v14_sweep = next(p for p in paths["sweeps"] if p.stem == "v14")
+    edit(v14_sweep, lambda r: r.update(cubin_sha256="e" * 64))
+    with pytest.raises(FlashbenchError, match="sweep/v14 names cubin eeeeeeeeeeee but v14's build for sm_90a is"):
+        gather_all()
+
+
 def test_what_is_timed_must_be_what_passed_its_check():
-    kernel = types.SimpleNamespace(name="v13", identity={"cubin_sha256": "a" * 64})
-    _same_as_checked(kernel, {"cubin_sha256": "a" * 64})
+    cubin = {"cubin_sha256": "a" * 64}
+    _same_as_checked("v13", cubin, {"cubin_sha256": "a" * 64})
     with pytest.raises(FlashbenchError, match="v13 is not what passed its check: cubin_sha256 a+ \\(checked: b+\\)"):
-        _same_as_checked(kernel, {"cubin_sha256": "b" * 64})
-    peer = types.SimpleNamespace(name="sdpa_cudnn", identity={"torch": "2.12.0", "cudnn": "91900", "backend": "cudnn"})
+        _same_as_checked("v13", cubin, {"cubin_sha256": "b" * 64})
+    torch = {"torch": "2.12.0", "cudnn": "91900", "backend": "cudnn"}
     with pytest.raises(FlashbenchError, match="torch 2.12.0 \\(checked: 2.11.0\\)"):
-        _same_as_checked(peer, {"torch": "2.11.0", "cudnn": "91900", "backend": "cudnn"})
+        _same_as_checked("sdpa_cudnn", torch, {"torch": "2.11.0", "cudnn": "91900", "backend": "cudnn"})
 
 
 def test_profile_refuses_a_cubin_other_than_the_checked_one(tmp_path, capsys):
@@ -60,5 +74,5 @@ def test_profile_refuses_a_cubin_other_than_the_checked_one(tmp_path, capsys):
     out = tmp_path / "profile.json"
     assert main(["profile", "--ncu", "ncu", "--cubin", "v13.cubin", "--record", str(record), "--check", str(check),
                  "--source", "kernels/v13.cu", "--shape", json.dumps(records.CASE), "--out", str(out)]) == 1
-    assert "is not the cubin that passed v13's check" in capsys.readouterr().err
+    assert "v13 is not what passed its check: cubin_sha256" in capsys.readouterr().err
     assert not out.exists()

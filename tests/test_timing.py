@@ -119,3 +119,33 @@ def test_without_nvml_the_clock_sampler_stops_with_one_clear_error():
         pytest.skip("a GPU is here: NVML answers")
     with pytest.raises(FlashbenchError, match="the NVML clock sampler stopped: "):
         ClockSampler("0000:19:00.0", timeout_s=20)
+
+
+FAKE_NVML = '''
+NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+class _Pci:
+    busId = b"00000000:19:00.0"
+def nvmlInit(): pass
+def nvmlDeviceGetCount(): return 1
+def nvmlDeviceGetHandleByIndex(i): return "gpu0"
+def nvmlDeviceGetPciInfo(h): return _Pci()
+def nvmlDeviceGetClockInfo(h, which): return 1755 if which == NVML_CLOCK_SM else 3201
+def nvmlDeviceGetPowerUsage(h): return 699000
+def nvmlDeviceGetTemperature(h, sensor): return 61
+def nvmlDeviceGetCurrentClocksEventReasons(h): return 0x4
+'''
+
+
+def test_the_sampler_reads_the_gpu_at_its_bus_id_and_flags_a_power_cap(tmp_path, monkeypatch):
+    import time
+
+    from flashbench.clocks import ClockSampler
+
+    (tmp_path / "pynvml.py").write_text(FAKE_NVML)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    with ClockSampler("0000:19:00.0", interval_s=0.01) as sampler:  # CUDA's spelling of NVML's bus id
+        t0 = time.time()
+        time.sleep(0.1)
+        window = sampler.window(t0, time.time())
+    assert window["samples"] >= 3 and window["throttled"] and window["throttle_reasons"] == ["sw_power_cap"]
+    assert window["sm_clock_mhz"] == {"min": 1755, "median": 1755, "max": 1755} and window["power_w"]["max"] == 699.0

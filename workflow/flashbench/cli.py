@@ -130,12 +130,12 @@ def _refused(check: dict, out, done: str = "timed") -> bool:
     return True
 
 
-def _same_as_checked(kernel, check: dict) -> None:
+def _same_as_checked(name: str, identity: dict, check: dict) -> None:
     """What is timed or profiled must be what passed the check: the same cubin (or torch build)."""
-    differs = {key: (check.get(key), value) for key, value in kernel.identity.items() if check.get(key) != value}
+    differs = {key: (check.get(key), value) for key, value in identity.items() if check.get(key) != value}
     if differs:
         detail = ", ".join(f"{key} {now} (checked: {then})" for key, (then, now) in differs.items())
-        raise FlashbenchError(f"{kernel.name} is not what passed its check: {detail}; run its check again")
+        raise FlashbenchError(f"{name} is not what passed its check: {detail}; run its check again")
 
 
 def _timed(a, what: str, run) -> None:
@@ -150,7 +150,7 @@ def _timed(a, what: str, run) -> None:
         return
     with _gpu_held(f"{what} {check['kernel']}"):
         kernel = _kernel(a)
-        _same_as_checked(kernel, check)
+        _same_as_checked(kernel.name, kernel.identity, check)
         import cupy as cp
 
         with ClockSampler(cp.cuda.Device().pci_bus_id) as sampler:
@@ -205,10 +205,7 @@ def cmd_profile(a) -> None:
     if _refused(check, a.out, "profiled"):
         return
     record = read_json(a.record)
-    if record["cubin_sha256"] != check.get("cubin_sha256"):
-        raise FlashbenchError(f"{a.cubin} is not the cubin that passed {record['kernel']}'s check "
-                              f"({record['cubin_sha256'][:12]}, checked: {str(check.get('cubin_sha256'))[:12]}); "
-                              f"run its check again")
+    _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
     shape = Shape(**json.loads(a.shape))
     with _gpu_held(f"profile {record['kernel']}"):
         try:
@@ -363,4 +360,9 @@ def main(argv=None) -> int:
     except FlashbenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except Exception as e:  # a CUDA error (out of memory, a fault, a trap) in a GPU stage: one line too
+        if type(e).__module__.startswith("cupy"):
+            print(f"error: CUDA failed in {args.command}: {e}", file=sys.stderr)
+            return 1
+        raise
     return 0

@@ -84,18 +84,24 @@ class ClockSampler:
         self.interval_s = interval_s
         self._dir = tempfile.TemporaryDirectory(prefix="flashbench-clocks-")
         self.path = Path(self._dir.name) / "samples.jsonl"
-        self._proc = subprocess.Popen([sys.executable, "-m", "flashbench.clocks", bus_id, str(interval_s),
-                                       str(self.path)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._errors = Path(self._dir.name) / "sampler.err"
+        with open(self._errors, "w") as err:
+            self._proc = subprocess.Popen([sys.executable, "-m", "flashbench.clocks", bus_id, str(interval_s),
+                                           str(self.path)], stdin=subprocess.PIPE, stderr=err)
         deadline = time.time() + timeout_s
         while not (self.path.exists() and self.path.stat().st_size):  # the first reading: NVML is up
             if self._proc.poll() is not None:
-                err = self._proc.stderr.read().decode().strip().splitlines()
-                self._dir.cleanup()
-                raise FlashbenchError(f"the NVML clock sampler stopped: {err[-1] if err else 'no message'}")
+                message = self._last_error()
+                self.close()
+                raise FlashbenchError(f"the NVML clock sampler stopped: {message}")
             if time.time() > deadline:
                 self.close()
                 raise FlashbenchError(f"the NVML clock sampler gave no reading in {timeout_s:.0f} s")
             time.sleep(0.01)
+
+    def _last_error(self) -> str:
+        lines = self._errors.read_text().strip().splitlines()
+        return lines[-1] if lines else "no message"
 
     def samples(self) -> list[dict]:
         return [json.loads(line) for line in self.path.read_text().splitlines() if line.endswith("}")]
@@ -104,6 +110,8 @@ class ClockSampler:
         """Readings between t0 and t1 (time.time()); a window shorter than the interval gets the
         reading just before it and the one just after."""
         time.sleep(self.interval_s * 1.5)  # let the reading that closes the window land
+        if self._proc.poll() is not None:  # its last readings would pass for this timing's
+            raise FlashbenchError(f"the NVML clock sampler stopped during the timing: {self._last_error()}")
         every = self.samples()
         inside = [s for s in every if t0 <= s["t"] <= t1]
         if not inside:
@@ -113,12 +121,12 @@ class ClockSampler:
         return summarize(inside)
 
     def close(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.stdin.close()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
+        self._proc.stdin.close()  # the sampler's signal to stop
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
         self._dir.cleanup()
 
     def __enter__(self):

@@ -21,7 +21,6 @@ class NoGPUError(FlashbenchError):
 class GPU:
     name: str  # as the driver names it, e.g. "NVIDIA H200"
     arch: str  # e.g. "sm_90"
-    pci_bus_id: str = ""  # e.g. "00000000:19:00.0": the key of its lock (gpulock.py)
 
     @property
     def slug(self) -> str:
@@ -58,8 +57,8 @@ def _smi(*query: str, device: str | None = None) -> list[str] | None:
 
 
 def detect() -> GPU | None:
-    values = _smi("name", "compute_cap", "pci.bus_id")
-    return GPU(name=values[0], arch=arch_of(values[1]), pci_bus_id=values[2]) if values else None
+    values = _smi("name", "compute_cap")
+    return GPU(name=values[0], arch=arch_of(values[1])) if values else None
 
 
 def all_bus_ids() -> list[str]:

@@ -19,6 +19,8 @@ import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from . import FlashbenchError
+
 HELD = "FLASHBENCH_GPU_LOCK_HELD"
 
 
@@ -43,16 +45,30 @@ def journal_path(bus_id: str) -> Path:
     return lock_path(bus_id).with_suffix(".journal")
 
 
+def _open_shared(path: Path, flags: int) -> int:
+    """Open (creating) a file every user of the machine can use: the lock is shared between users."""
+    fd = os.open(path, flags | os.O_CREAT, 0o666)
+    try:
+        os.fchmod(fd, 0o666)  # the umask took bits off; only the file's owner may put them back
+    except PermissionError:
+        pass
+    return fd
+
+
 @contextmanager
 def hold(bus_id: str, what: str, exclusive: bool = True, progress=print):
     """Hold the lock of the GPU at `bus_id` for `what` (a stage's description); waits, saying so."""
     key = normalize_bus_id(bus_id)
-    if key in os.environ.get(HELD, "").split(","):  # our parent holds it for us
+    held = os.environ.get(HELD, "").split(",")
+    if f"{key}:x" in held or (not exclusive and f"{key}:s" in held):  # our parent holds it for us
         yield
         return
     path = lock_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = _open_shared(path, os.O_RDONLY)
+    except OSError as e:
+        raise FlashbenchError(f"cannot open the GPU lock {path}: {e.strerror} (FLASHBENCH_LOCK_DIR moves it)") from None
     holder = path.with_suffix(".holder")
     try:
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
@@ -63,10 +79,9 @@ def hold(bus_id: str, what: str, exclusive: bool = True, progress=print):
             progress(f"waiting for the GPU at {key}: held by {busy}")
             fcntl.flock(fd, mode)
         acquired = time.time()
-        if exclusive:
-            holder.write_text(f"pid {os.getpid()}: {what}\n")
+        _note(holder, f"pid {os.getpid()}: {what}\n", os.O_WRONLY | os.O_TRUNC)
         previous = os.environ.get(HELD)
-        os.environ[HELD] = ",".join(filter(None, [previous, key]))
+        os.environ[HELD] = ",".join(filter(None, [previous, f"{key}:{'x' if exclusive else 's'}"]))
         try:
             yield
         finally:
@@ -76,10 +91,20 @@ def hold(bus_id: str, what: str, exclusive: bool = True, progress=print):
                 os.environ[HELD] = previous
             entry = {"pid": os.getpid(), "what": what, "exclusive": exclusive, "acquired": acquired,
                      "released": time.time()}
-            with open(journal_path(key), "a") as journal:
-                journal.write(json.dumps(entry) + "\n")
+            _note(journal_path(key), json.dumps(entry) + "\n", os.O_WRONLY | os.O_APPEND)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _note(path: Path, text: str, flags: int) -> None:
+    """Write the holder's name or a journal line; a diagnostic, so a file another user owns and keeps
+    private is passed over rather than failing the job."""
+    try:
+        fd = _open_shared(path, flags)
+    except OSError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 @contextmanager

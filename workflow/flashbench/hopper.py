@@ -57,9 +57,13 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
 
     measured = [s["name"] for s in steps if s["tflops"]]
     verdicts = {n: ratios(n, "tflops") for n in measured}
-    best = max(measured, key=lambda n: min((r["ratio"] or 0) for r in verdicts[n]), default=None)
-    worst_ratio = min((r["ratio"] or 0) for r in verdicts[best]) if best else None
+    # judged where every point has both figures: a missing rival or timing leaves the goal unjudged
+    complete = [n for n in measured if all(r["ratio"] is not None for r in verdicts[n])]
+    best = max(complete, key=lambda n: min(r["ratio"] for r in verdicts[n]), default=None)
+    worst_ratio = min(r["ratio"] for r in verdicts[best]) if best else None
     graph = ratios(best, "tflops_graph") if best else []
+    graph_ratios = [r["ratio"] for r in graph]
+    graph_worst = min(graph_ratios) if graph_ratios and None not in graph_ratios else None
 
     order = [k["name"] for k in line] + [n for n in chapter_versions[-1:]] + peers
     table = sweep[sweep.kernel.isin(order)]
@@ -84,6 +88,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     return {
         "line": line, "steps": steps, "rivals": rivals, "lengths": lengths, "sweep": by_s, "readings": readings,
         "goal": {"best": best, "points": verdicts.get(best, []), "graph": graph, "worst_ratio": worst_ratio,
+                 "graph_worst_ratio": graph_worst, "reached_by_graph": graph_worst is not None and graph_worst >= 1.0,
                  "reached": worst_ratio is not None and worst_ratio >= 1.0,
                  "stretch": worst_ratio is not None and worst_ratio >= STRETCH, "min_s": GOAL_MIN_S},
         "not_run": [k for k in line if not k.get("check_passed")],

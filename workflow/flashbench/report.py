@@ -10,11 +10,21 @@ from . import FlashbenchError, claims, conclusions, hopper
 from .files import read_json, write_text
 from .profile import TOP_LINES
 from .check import METRICS
-from .summary import TIMED, case_rows
+from .summary import SUMMARY_COLUMNS, TIMED, case_rows
 
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
 HOPPER_FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
 HOPPER_TEMPLATE = "hopper.md.j2"  # beside the chapter's template
+
+
+def read_summary(results_dir: Path) -> pd.DataFrame:
+    """summary.csv, refused with a clear error where an older pipeline wrote it (another layout)."""
+    summary = pd.read_csv(results_dir / "summary.csv")
+    missing = [c for c in SUMMARY_COLUMNS if c not in summary.columns]
+    if missing:
+        raise FlashbenchError(f"{results_dir}/summary.csv was written by an older pipeline (no {', '.join(missing[:3])}"
+                              f"{' ...' if len(missing) > 3 else ''}): run the GPU stages on that GPU again")
+    return summary
 
 
 def load(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
@@ -23,7 +33,7 @@ def load(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
     missing = [f for f in needed if not (results_dir / f).is_file()]
     if missing:
         raise FlashbenchError(f"{results_dir} lacks {', '.join(missing)}: run the pipeline on that GPU first")
-    summary = pd.read_csv(results_dir / "summary.csv")
+    summary = read_summary(results_dir)
     resources = pd.read_csv(results_dir / "resources.csv")
     profile = pd.read_csv(results_dir / "profile.csv")
     return summary, resources, profile, read_json(results_dir / "kernels.json")
@@ -203,7 +213,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "correctness": correctness(checked, order=[k["name"] for k in kernels]),
         "failures": [{k: _none(v) for k, v in row.items()} for row in checked[checked.passed != True].to_dict("records")],  # noqa: E712
         "extra_shapes": sorted({(r.B, r.H, r.S) for r in checked[~checked.is_case].itertuples()}),
-        "throttled": [r.kernel for r in summary[summary.throttled == True].itertuples()],  # noqa: E712
+        "throttled": list(dict.fromkeys(r.kernel for r in case[case.throttled == True].itertuples())),  # noqa: E712
         "sweep_lengths": [int(s) for s in by_steps.columns],
         "sweep_rows": [{"name": name, "tflops": [_none(v) for v in values]}
                        for name, values in zip(by_steps.index, by_steps.itertuples(index=False))],

@@ -128,12 +128,16 @@ def belong_together(compile_records: list[dict], gpu_arch: str, **records: dict)
                            for (gpu, bus, driver), names in seen.items())
         raise FlashbenchError(f"these records come from more than one GPU, PCI bus id or driver ({listed}): "
                               f"rerun the GPU stages on one GPU (delete the others' records)")
-    built = {r["kernel"]: r["cubin_sha256"] for r in compile_records if r["arch"] == gpu_arch}
+    archs = {}
+    for r in compile_records:
+        archs.setdefault(r["kernel"], []).append(r["arch"])
+    runs_here = {name: runnable_build(a, gpu_arch) for name, a in archs.items()}  # sm_90a on sm_90
+    built = {r["kernel"]: r["cubin_sha256"] for r in compile_records if r["arch"] == runs_here[r["kernel"]]}
     for stage, by_name in records.items():
         for name, r in by_name.items():
             if name in built and "cubin_sha256" in r and r["cubin_sha256"] != built[name]:
                 raise FlashbenchError(f"{stage}/{name} names cubin {r['cubin_sha256'][:12]} but {name}'s build for "
-                                      f"{gpu_arch} is {built[name][:12]}: rerun its GPU stages")
+                                      f"{runs_here[name]} is {built[name][:12]}: rerun its GPU stages")
 
 
 def profile_table(profiles: dict) -> pd.DataFrame:

@@ -34,7 +34,7 @@ if GPU_MODE:
             "{PY} -m flashbench summarize --kernels {params.kernels:q} --checks {input.checks}"
             " --benches {input.benches} --sweeps {input.sweeps} --profiles {input.profiles}"
             " --compiled {input.compiled} --gpu-arch {params.gpu_arch} --case {params.case:q}"
-            f" --settings {{params.settings:q}} --out-dir results/{GPU_SLUG} > {{log}} 2>&1"
+            f" --settings {{params.settings:q}} --out-dir results/{GPU_SLUG} 2>&1 > {{log}} | tee -a {{log}} >&2"
 
 
 rule render_report:
@@ -52,7 +52,7 @@ rule render_report:
         "logs/{gpu}/render_report.log",
     shell:
         "{PY} -m flashbench render --results results/{wildcards.gpu} --reports reports/{wildcards.gpu}"
-        " --template {input.template} --slug {wildcards.gpu} > {log} 2>&1"
+        " --template {input.template} --slug {wildcards.gpu} 2>&1 > {log} | tee -a {log} >&2"
 
 
 rule compare_gpus:
@@ -70,4 +70,4 @@ rule compare_gpus:
         results=expand("results/{gpu}", gpu=reported_gpus()),
     shell:
         "{PY} -m flashbench compare --results {params.results} --template {input.template}"
-        " --table {output.table} --figure {output.figure} > {log} 2>&1"
+        " --table {output.table} --figure {output.figure} 2>&1 > {log} | tee -a {log} >&2"
