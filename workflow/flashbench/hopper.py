@@ -39,6 +39,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         vs = {backend: (now / t if now and (t := _tflops(case, peer)) else None) for backend, peer in rivals.items()}
         steps.append({**k, "tflops": now, "tflops_median": _tflops(case, name, "tflops_median"),
                       "tflops_graph": _tflops(case, name, "tflops_graph"), "previous": previous,
+                      "throttled": bool((case[case.kernel == name].throttled == True).any()),  # noqa: E712
                       "gain": now / before if now and before else None, "vs": vs, "resources": res})
         if now:
             previous = name
