@@ -197,6 +197,19 @@ def test_v17_runs_its_softmax_between_the_two_waits(records, built):
     assert overlapped and all(n >= 64 for n in overlapped)
 
 
+def assert_softmax_between_the_waits_and_the_guard_first(sass_text: str) -> None:
+    """Every wait_group 1 (QK done, PV still running) is followed by the softmax's exps (64 of them or
+    more) before the next wait; and the grid guard traps before the barriers are set up, the roles
+    split, or anyone waits."""
+    sass = [line for line in sass_text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    waits = [i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR.LE" in line]
+    overlapped = [sum("MUFU.EX2" in line for line in sass[a:b]) for a, b in zip(waits, waits[1:])
+                  if "gsb0, 0x1" in sass[a]]
+    assert overlapped and all(n >= 64 for n in overlapped)
+    first_trap = next(i for i, line in enumerate(sass) if "BPT.TRAP" in line)
+    assert first_trap < min(i for i, line in enumerate(sass) if "SYNCS.EXCH" in line)
+
+
 def test_v18_is_v17_on_a_persistent_grid(records, built):
     """V18 states a persistent launch (one block per SM), keeps V17's shape and shared memory plus
     one barrier (q_empty), and its softmax still runs between the two waits of each batch."""
@@ -206,14 +219,7 @@ def test_v18_is_v17_on_a_persistent_grid(records, built):
     assert v18["launch"]["dynamic_smem_bytes"] <= 232448 and v18["registers"] <= 168
     sass_text = _sass(v18, built)
     assert "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass_text and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass_text
-    sass = [line for line in sass_text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
-    waits = [i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR.LE" in line]
-    overlapped = [sum("MUFU.EX2" in line for line in sass[a:b]) for a, b in zip(waits, waits[1:])
-                  if "gsb0, 0x1" in sass[a]]
-    assert overlapped and all(n >= 64 for n in overlapped)
-    # the guard comes first: a trap before the barriers are set up, the roles split, or anyone waits
-    first_trap = next(i for i, line in enumerate(sass) if "BPT.TRAP" in line)
-    assert first_trap < min(i for i, line in enumerate(sass) if "SYNCS.EXCH" in line)
+    assert_softmax_between_the_waits_and_the_guard_first(sass_text)
 
 
 def test_v19_stores_o_through_shared_memory_with_tma(records, built):
@@ -230,13 +236,7 @@ def test_v19_stores_o_through_shared_memory_with_tma(records, built):
     assert "HGMMA." in sass_text and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass_text
     assert "UTMASTG" in sass_text and "STSM" in sass_text and "FENCE.VIEW.ASYNC.S" in sass_text
     assert not re.search(r"\bSTG\.", sass_text)  # O leaves through TMA only
-    sass = [line for line in sass_text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
-    waits = [i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR.LE" in line]
-    overlapped = [sum("MUFU.EX2" in line for line in sass[a:b]) for a, b in zip(waits, waits[1:])
-                  if "gsb0, 0x1" in sass[a]]
-    assert overlapped and all(n >= 64 for n in overlapped)
-    first_trap = next(i for i, line in enumerate(sass) if "BPT.TRAP" in line)
-    assert first_trap < min(i for i, line in enumerate(sass) if "SYNCS.EXCH" in line)
+    assert_softmax_between_the_waits_and_the_guard_first(sass_text)
 
 
 def test_a_hopper_kernel_does_not_build_for_a_plain_arch(tmp_path, settings, needs_nvcc):
