@@ -1,4 +1,5 @@
 import importlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -79,12 +80,19 @@ def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def built(tmp_path_factory, needs_nvcc):
-    """A checkout where the pipeline's compile stage has built every kernel, once per test session:
-    copy its build/ and .snakemake/metadata (see with_build) rather than compiling again."""
-    root = copy_checkout(tmp_path_factory.mktemp("built"))
-    proc = snakemake(root, "compile")
-    assert proc.returncode == 0, proc.stderr
+def built(tmp_path_factory, worker_id, needs_nvcc):
+    """A checkout where the pipeline's compile stage has built every kernel, once per test run: copy
+    its build/ and .snakemake/metadata (see with_build) rather than compiling again. The test workers
+    (pytest -n) share it: the first builds it, the others wait on a lock and take it."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base if worker_id == "master" else base.parent) / "built"
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "build" / "all-built").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            proc = snakemake(copy_checkout(root), "compile")
+            assert proc.returncode == 0, proc.stderr
     return root
 
 

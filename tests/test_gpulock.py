@@ -40,7 +40,7 @@ def test_bus_ids_of_cuda_and_nvml_name_one_lock():
 
 
 def test_a_second_gpu_job_waits_for_the_first_and_says_for_whom():
-    first = holder("bench v13", "x", 0.6)
+    first = holder("bench v13", "x", 1.0)
     said = []
     start = time.time()
     with gpulock.hold(BUS, "check v12", progress=said.append):
@@ -53,7 +53,7 @@ def test_a_second_gpu_job_waits_for_the_first_and_says_for_whom():
 
 
 def test_builds_share_the_lock_with_each_other_but_not_with_a_gpu_job():
-    build = holder("compile v11 sm_90", "s", 0.6)
+    build = holder("compile v11 sm_90", "s", 1.0)
     start = time.time()
     with gpulock.hold_shared([BUS], "compile v12 sm_90", progress=lambda m: None):
         assert time.time() - start < 0.3  # beside the other build at once

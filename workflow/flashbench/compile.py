@@ -6,6 +6,7 @@ for the host with -DFLASH_PRINT_LAUNCH_CONTRACT and running it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import shutil
@@ -14,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from . import FlashbenchError, occupancy, ptxas
-from .files import sha256
+from .files import read_json, sha256, write_json
 
 ENTRY = "flash_attention_forward"
 
@@ -95,9 +96,17 @@ def _run(cmd: list[str], what: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def launch_contract(source: Path, arch: str, flags: list[str], defines: dict) -> dict:
-    """Compile the kernel file for the host with its contract printer and run it."""
+def launch_contract(source: Path, arch: str, flags: list[str], defines: dict, cache: Path | None = None) -> dict:
+    """Compile the kernel file for the host with its contract printer and run it. The contract comes
+    from the host pass, where no device arch applies, so the same file, headers, defines and flags
+    give it for every arch: it is kept in `cache` under a hash of those, and a kernel's other archs
+    read it back instead of building the printer again (half of a compile's time)."""
     host_flags = [f for f in flags if f != "-lineinfo"]
+    key = hashlib.sha256(json.dumps([source.read_text(), {h.name: h.read_text() for h in sorted(source.parent.glob("*.cuh"))},
+                                     defines, host_flags], sort_keys=True).encode()).hexdigest()
+    kept = cache / f"{key}.json" if cache else None
+    if kept and kept.exists():
+        return read_json(kept)
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "contract"
         # PTX only (compute_XX): ptxas is not needed to read constants off the host side.
@@ -105,9 +114,12 @@ def launch_contract(source: Path, arch: str, flags: list[str], defines: dict) ->
               "-I", str(source.parent), "-o", str(exe), str(source)], "building the launch-contract printer")
         out = _run([str(exe)], "running the launch-contract printer")
     try:
-        return json.loads(out)
+        contract = json.loads(out)
     except json.JSONDecodeError:
         raise FlashbenchError(f"{source}: FLASH_LAUNCH_CONTRACT printed no JSON: {out!r}") from None
+    if kept:
+        write_json(kept, contract)
+    return contract
 
 
 def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], defines: dict, cubin: Path | str) -> dict:
@@ -119,7 +131,7 @@ def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], d
     resources = ptxas.parse(report, ENTRY)
     if resources["arch"] != arch:
         raise FlashbenchError(f"ptxas compiled {name} for {resources['arch']}, asked for {arch}")
-    contract = launch_contract(source, arch, flags, defines)
+    contract = launch_contract(source, arch, flags, defines, cache=cubin.parent.parent / ".contracts")
     smem_total = resources["static_smem_bytes"] + contract["dynamic_smem_bytes"]
     return {
         "kernel": name,
