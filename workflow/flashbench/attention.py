@@ -8,7 +8,7 @@ from .config import Shape
 
 LOG2E = math.log2(math.e)
 FP16_NAN_BITS = 0x7E00  # poison: an element the kernel does not write stays NaN and fails
-FP16_HALF_ULP = 2.0**-11  # relative rounding error of one fp16 value: no fp16 output is closer than this
+FP16_HALF_ULP = 2.0**-11  # the largest relative rounding error of one fp16 value (its own rounding)
 
 # The inputs the check runs every shape on. Normal values are the write-up's; the others make the
 # online softmax work: a logit spread six times wider (Q and K scaled by sqrt 6), a row maximum

@@ -149,6 +149,10 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
             raise ConfigError(f"config key 'peers.{peer.name}.max_seq_len': {peer.max_seq_len} is below the case's "
                               f"S={case.S}, where every peer is timed")
     extra = list(dict.fromkeys(Shape(**s) for s in config["check"]["shapes"] if Shape(**s) != case))
+    smallest = config["check"]["smallest"]
+    if smallest["B"] * smallest["H"] % 2 == 0:
+        raise ConfigError(f"config key 'check.smallest': B*H = {smallest['B'] * smallest['H']} is even; the extra shape "
+                          f"is there for an odd head count, which no power-of-two tiling of heads divides")
     if len(extra) < 3:
         raise ConfigError(f"config key 'check.shapes': needs at least 3 shapes other than the case, has {len(extra)}")
     return Settings(

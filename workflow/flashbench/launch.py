@@ -21,7 +21,8 @@ from .compile import ENTRY
 from .config import Shape
 
 MAX_GRID_Y = 65535  # gridDim.y limit: the grid's y is B*H
-MAX_INT32 = 2**31 - 1  # a persistent kernel counts its work tiles, and every kernel its rows, in int
+MAX_INT32 = 2**31 - 1  # a persistent kernel counts its work tiles and rows in int (at the sizes a GPU holds
+                       # today the other kernels' int row offsets stay below it too)
 
 
 class AttentionKernel:

@@ -1,7 +1,7 @@
 """TMA tensor maps (CUtensorMap) encoded on the host, and the kernel parameter block that carries them.
 
 A kernel of the Hopper line takes, after its six common parameters, one `const __grid_constant__
-CUtensorMap` per array it loads with TMA. A CUtensorMap is 128 opaque bytes, 64-byte aligned,
+CUtensorMap` per array it loads or stores with TMA (q, k, v; o for V19's TMA store). A CUtensorMap is 128 opaque bytes, 64-byte aligned,
 written by the driver's cuTensorMapEncodeTiled (called here through ctypes on libcuda.so.1: no new
 dependency). CuPy's kernel call cannot pass a 128-byte struct, so such a kernel is launched with
 cuLaunchKernel and an array of pointers to each argument (`Params`).
