@@ -242,3 +242,10 @@ def test_v19_stores_o_through_shared_memory_with_tma(records, built):
 def test_a_hopper_kernel_does_not_build_for_a_plain_arch(tmp_path, settings, needs_nvcc):
     with pytest.raises(FlashbenchError, match="needs sm_90a"):
         compile_kernel("v14", ROOT / "kernels" / "v14.cu", "sm_90", settings.nvcc_flags, {}, tmp_path / "v14.cubin")
+
+
+def test_the_compile_stage_says_why_the_hopper_line_is_built_for_sm_90a_alone(built, settings):
+    hopper = [k.name for k in settings.kernels if k.archs == ["sm_90a"]]
+    log = (built / "logs" / "compile" / "all-built.log").read_text()
+    assert f"{', '.join(hopper)} built for sm_90a only (wgmma and TMA as used here are Hopper's; SM100/SM103's path is tcgen05)" in log
+    assert not any((built / "build" / "sm_103" / f"{name}.cubin").exists() for name in hopper)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 try:
     import flashbench
+    from flashbench import compile as fb_compile
     from flashbench import config as fb_config
     from flashbench import gpu as fb_gpu
 except ImportError:

@@ -22,6 +22,19 @@ rule compile_kernel:
         " --cubin {output.cubin} --record {output.record} 2>&1 >> {log} | tee -a {log} >&2"
 
 
+def own_archs_note():
+    """One line per set of archs some kernels are built for alone, with why (compile.TARGET_NOTES)."""
+    groups = {}
+    for k in SETTINGS.kernels:
+        if k.archs:
+            groups.setdefault(tuple(k.archs), []).append(k.name)
+    return "; ".join(
+        f"{', '.join(names)} built for {', '.join(archs)} only"
+        + "".join(f" ({fb_compile.TARGET_NOTES[a]})" for a in archs if a in fb_compile.TARGET_NOTES)
+        for archs, names in groups.items()
+    )
+
+
 # Every GPU job waits for every build, so no compile runs beside a timing (across runs the GPU
 # lock keeps them apart too). ancient(): a rebuilt kernel reruns its own GPU jobs, not all of them.
 rule all_built:
@@ -33,5 +46,7 @@ rule all_built:
         "logs/compile/all-built.log",
     params:
         builds=len(compile_records()),
+        # why some kernels are not built for every arch (the Hopper line: sm_90a only)
+        own_archs=own_archs_note(),
     shell:
-        "echo 'all {params.builds} builds up to date' > {log}"
+        "(echo 'all {params.builds} builds up to date'; echo {params.own_archs:q}) | tee {log}"
