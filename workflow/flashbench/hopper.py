@@ -16,7 +16,8 @@ RIVALS = ("cudnn", "auto")  # the peers' backends the goal names
 SHOWN_STALLS = 3
 
 
-def _tflops(frame: pd.DataFrame, name: str, column: str = "tflops") -> float | None:
+def tflops_of(frame: pd.DataFrame, name: str, column: str = "tflops") -> float | None:
+    """`name`'s figure (`column`) in `frame` (case rows, or one length of the sweep), or None."""
     row = frame[frame.kernel == name]
     return float(row.iloc[0][column]) if len(row) and pd.notna(row.iloc[0][column]) else None
 
@@ -33,12 +34,12 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     steps, previous = [], chapter_versions[-1] if chapter_versions else None
     for k in line:
         name = k["name"]
-        now, before = _tflops(case, name), _tflops(case, previous) if previous else None
+        now, before = tflops_of(case, name), tflops_of(case, previous) if previous else None
         res = resources[(resources.kernel == name)]
         res = res.iloc[0].to_dict() if len(res) else {}
-        vs = {backend: (now / t if now and (t := _tflops(case, peer)) else None) for backend, peer in rivals.items()}
-        steps.append({**k, "tflops": now, "tflops_median": _tflops(case, name, "tflops_median"),
-                      "tflops_graph": _tflops(case, name, "tflops_graph"), "previous": previous,
+        vs = {backend: (now / t if now and (t := tflops_of(case, peer)) else None) for backend, peer in rivals.items()}
+        steps.append({**k, "tflops": now, "tflops_median": tflops_of(case, name, "tflops_median"),
+                      "tflops_graph": tflops_of(case, name, "tflops_graph"), "previous": previous,
                       "throttled": bool((case[case.kernel == name].throttled == True).any()),  # noqa: E712
                       "gain": now / before if now and before else None, "vs": vs, "resources": res})
         if now:
@@ -50,8 +51,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     def ratios(name: str, column: str) -> list[dict]:
         out = []
         for label, frame in goal_points:
-            mine = _tflops(frame, name, column)
-            best_rival = max((t for p in rivals.values() if (t := _tflops(frame, p, column))), default=None)
+            mine = tflops_of(frame, name, column)
+            best_rival = max((t for p in rivals.values() if (t := tflops_of(frame, p, column))), default=None)
             out.append({"where": label, "tflops": mine, "rival": best_rival,
                         "ratio": mine / best_rival if mine and best_rival else None})
         return out

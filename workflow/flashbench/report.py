@@ -269,7 +269,7 @@ def render_hopper(summary, resources, profile, meta, template: Path, report_dir:
     ctx = hopper.context(summary, resources, profile, meta)
     names = set(ctx["order"])
     checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
-    rows = [{"name": n, "tflops": hopper._tflops(case_rows(summary), n), "published_tflops": None}
+    rows = [{"name": n, "tflops": hopper.tflops_of(case_rows(summary), n), "published_tflops": None}
             for n in ctx["order"]]
     tflops_figure(rows, gpu_name, meta["case"], report_dir / HOPPER_FIGURES["tflops"])
     sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]

@@ -76,15 +76,24 @@ def _clocks(timing: dict) -> dict:
             "throttle_reasons": " ".join(c["throttle_reasons"]) or None}
 
 
-def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: pd.DataFrame, gpu_arch: str,
-                  case: dict, sweeps: dict) -> pd.DataFrame:
-    """`kernels` (and peers) in table order; `checks` / `benches` / `sweeps` map a name to its record.
-    A check row is one shape and kind of input; the timing at the case sits on its normal-input row."""
+def builds_run_here(compile_records: list[dict], gpu_arch: str) -> dict:
+    """Each kernel's build that runs on `gpu_arch`: the GPU's own arch, or its specific target (sm_90a
+    on sm_90); None for a kernel with no build for it."""
+    archs = {}
+    for r in compile_records:
+        archs.setdefault(r["kernel"], []).append(r["arch"])
+    return {name: runnable_build(a, gpu_arch) for name, a in archs.items()}
+
+
+def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: pd.DataFrame, runs_here: dict,
+                  gpu_arch: str, case: dict, sweeps: dict) -> pd.DataFrame:
+    """`kernels` (and peers) in table order; `checks` / `benches` / `sweeps` map a name to its record;
+    `runs_here`: builds_run_here. A check row is one shape and kind of input; the timing at the case
+    sits on its normal-input row."""
     rows = []
     for kernel in kernels:
         name = kernel["name"]
-        # the build that ran here: the GPU's own arch, or its specific target (sm_90a on sm_90)
-        arch = runnable_build(list(resources[resources.kernel == name].arch), gpu_arch) or gpu_arch
+        arch = runs_here.get(name) or gpu_arch
         res = resources[(resources.kernel == name) & (resources.arch == arch)]
         res = res.iloc[0].to_dict() if len(res) else {}
         bench = benches.get(name, {})
@@ -114,7 +123,7 @@ def case_rows(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[(summary.series == "check") & summary.is_case & (summary.inputs == "normal")]
 
 
-def belong_together(compile_records: list[dict], gpu_arch: str, **records: dict) -> None:
+def belong_together(compile_records: list[dict], runs_here: dict, **records: dict) -> None:
     """Refuse records that do not describe one run on one GPU: another GPU, PCI bus id or driver, or a
     kernel whose check, timing, sweep or profile names a cubin other than the one built now."""
     seen = {}
@@ -128,10 +137,6 @@ def belong_together(compile_records: list[dict], gpu_arch: str, **records: dict)
                            for (gpu, bus, driver), names in seen.items())
         raise FlashbenchError(f"these records come from more than one GPU, PCI bus id or driver ({listed}): "
                               f"rerun the GPU stages on one GPU (delete the others' records)")
-    archs = {}
-    for r in compile_records:
-        archs.setdefault(r["kernel"], []).append(r["arch"])
-    runs_here = {name: runnable_build(a, gpu_arch) for name, a in archs.items()}  # sm_90a on sm_90
     built = {r["kernel"]: r["cubin_sha256"] for r in compile_records if r["arch"] == runs_here[r["kernel"]]}
     for stage, by_name in records.items():
         for name, r in by_name.items():
@@ -168,9 +173,10 @@ def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile
     sweeps = {(r := read_json(p))["kernel"]: r for p in sweep_paths}
     profiles = {(r := read_json(p))["kernel"]: r for p in profile_paths}
     compile_records = [read_json(p) for p in compile_paths]
-    belong_together(compile_records, gpu_arch, check=checks, bench=benches, sweep=sweeps, profile=profiles)
+    runs_here = builds_run_here(compile_records, gpu_arch)
+    belong_together(compile_records, runs_here, check=checks, bench=benches, sweep=sweeps, profile=profiles)
     resources = resources_table(compile_records)
-    summary = summary_table(kernels, checks, benches, resources, gpu_arch, case, sweeps)
+    summary = summary_table(kernels, checks, benches, resources, runs_here, gpu_arch, case, sweeps)
     sources = {r["kernel"]: r["source"] for r in compile_records}
     meta = {
         "gpu_arch": gpu_arch,
