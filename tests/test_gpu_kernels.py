@@ -64,6 +64,21 @@ def test_kernel_passes_on_random_shapes_and_every_kind_of_input(build, name, gat
         assert r["nonfinite"] == 0 and 0 < r["margin"] <= 1
 
 
+@pytest.mark.parametrize("name", KERNELS)
+def test_a_persistent_kernel_passes_with_several_work_tiles_per_block(build, name, gate):
+    """A persistent kernel carries its barrier phases, turns and O stores from one work tile to the
+    next. More work tiles than SMs makes blocks take two or more: with one key tile per work tile
+    (the turns and phases then change every tile) and with three."""
+    kernel = built(build, name)
+    if "persistent" not in kernel.contract:
+        pytest.skip(f"{name} is not a persistent kernel")
+    sms = kernel.cp.cuda.Device().attributes["MultiProcessorCount"]
+    shapes = [Shape(1, 2 * sms + 7, 128, 128), Shape(2, sms + 3, 384, 128)]
+    result = check_kernel(kernel, shapes, gate, progress=lambda m: None)
+    assert result["passed"], result["reason"]
+    assert {(r["H"], r["S"]) for r in result["shapes"]} == {(s.H, s.S) for s in shapes}
+
+
 class Planted(AttentionKernel):
     """The real kernel with one defect planted: zero_row, missing_key_tile (one block of one head
     computed without its last keys: the kernel's smallest S of them, one or two key tiles), scale
