@@ -70,10 +70,9 @@ def test_a_persistent_kernel_passes_with_several_work_tiles_per_block(build, nam
     next. More work tiles than SMs makes blocks take two or more: with one key tile per work tile
     (the turns and phases then change every tile) and with three."""
     kernel = built(build, name)
-    if "persistent" not in kernel.contract:
+    if not kernel.persistent:
         pytest.skip(f"{name} is not a persistent kernel")
-    sms = kernel.cp.cuda.Device().attributes["MultiProcessorCount"]
-    shapes = [Shape(1, 2 * sms + 7, 128, 128), Shape(2, sms + 3, 384, 128)]
+    shapes = [Shape(1, 2 * kernel.sm_count + 7, 128, 128), Shape(2, kernel.sm_count + 3, 384, 128)]
     result = check_kernel(kernel, shapes, gate, progress=lambda m: None)
     assert result["passed"], result["reason"]
     assert {(r["H"], r["S"]) for r in result["shapes"]} == {(s.H, s.S) for s in shapes}
