@@ -239,6 +239,33 @@ def test_v19_stores_o_through_shared_memory_with_tma(records, built):
     assert_softmax_between_the_waits_and_the_guard_first(sass_text)
 
 
+def _turns(sass_text: str) -> list[list[str]]:
+    """The instructions from each turn's sync (BAR.SYNC on a register id, 256 threads) to its arrive
+    (BAR.ARV) that issue a full batch, QK and PV: 16 wgmma, i.e. the tile loop's turn."""
+    lines = [line for line in sass_text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    held = []
+    for i, line in enumerate(lines):
+        if re.search(r"BAR\.SYNC\.DEFER_BLOCKING R\d+, 0x100", line):
+            end = next(j for j in range(i, len(lines)) if "BAR.ARV" in lines[j])
+            if sum("HGMMA" in x for x in lines[i:end]) == 16:
+                held.append(lines[i:end])
+    return held
+
+
+def test_v20_holds_the_turn_for_the_wgmma_issue_alone(records, built):
+    """V20 is V19's launch. In the tile loop, V19's turn holds the O rescale's multiplies and the moves
+    of the Q descriptor into uniform registers (R2UR); V20's holds neither, and fewer than half the
+    instructions. Its softmax still runs between the two waits of each batch."""
+    v19, v20 = records[("v19", "sm_90a")], records[("v20", "sm_90a")]
+    assert v20["launch"] == v19["launch"] and v20["registers"] <= 168 and v20["spill_bytes"] == 0
+    v20_sass = _sass(v20, built)
+    (v19_turn,), (v20_turn,) = _turns(_sass(v19, built)), _turns(v20_sass)
+    assert any("FMUL" in line for line in v19_turn) and any("R2UR" in line for line in v19_turn)
+    assert not any(op in line for line in v20_turn for op in ("FMUL", "F2FP", "R2UR"))
+    assert 2 * len(v20_turn) < len(v19_turn)
+    assert_softmax_between_the_waits_and_the_guard_first(v20_sass)
+
+
 def test_a_hopper_kernel_does_not_build_for_a_plain_arch(tmp_path, settings, needs_nvcc):
     with pytest.raises(FlashbenchError, match="needs sm_90a"):
         compile_kernel("v14", ROOT / "kernels" / "v14.cu", "sm_90", settings.nvcc_flags, {}, tmp_path / "v14.cubin")
