@@ -7,10 +7,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-import snakemake.cli as snakemake_cli
+# One BLAS thread in each test worker (pytest -n): the workers keep every core busy already, and
+# OpenBLAS's own threads would spin waiting for work on cores the other workers need. OpenBLAS reads
+# it as NumPy loads, so before the imports below.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from flashbench import config, gpu
+import pytest  # noqa: E402
+import snakemake.cli as snakemake_cli  # noqa: E402
+
+from flashbench import config, gpu  # noqa: E402
 
 snakemake_shell = importlib.import_module("snakemake.shell")  # the module: the package's `shell` is its class
 
