@@ -1,5 +1,6 @@
-import importlib
 import fcntl
+import functools
+import importlib
 import os
 import shutil
 import subprocess
@@ -14,19 +15,8 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
-import snakemake.cli as snakemake_cli  # noqa: E402
 
 from flashbench import config, gpu  # noqa: E402
-
-snakemake_shell = importlib.import_module("snakemake.shell")  # the module: the package's `shell` is its class
-
-# What Snakemake imports only once a run needs it (remote-file and storage layers, YAML templating,
-# the HTML report), and its plugin registries, which it fills as it builds its command line: set up
-# here once, every fork of this process (snakemake() below) starts with them rather than paying for
-# them again, a third of a dry run's time.
-for _module in ("smart_open", "yte", "platformdirs", "snakemake.storage", "snakemake.report.html_reporter"):
-    importlib.import_module(_module)
-snakemake_cli.get_argument_parser()
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,11 +50,27 @@ def copy_checkout(dest: Path) -> Path:
     return dest
 
 
+@functools.cache
+def _snakemake_cli():
+    """Snakemake's command line, imported once for the session by the process that runs the tests (not
+    by the pytest -n controller, which runs none). With it, what Snakemake imports only once a run
+    needs it (remote-file and storage layers, YAML templating, the HTML report) and its plugin
+    registries, which it fills as it builds its command line: every fork (snakemake() below) starts
+    with them all rather than paying for them again, which is most of a dry run's time."""
+    import snakemake.cli
+
+    for module in ("smart_open", "yte", "platformdirs", "snakemake.storage", "snakemake.report.html_reporter"):
+        importlib.import_module(module)
+    snakemake.cli.get_argument_parser()
+    return snakemake.cli
+
+
 def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
     """`python -m snakemake --nolock ARGS` in `cwd`: Snakemake's own command line, run in a fork of
-    this process, which imports Snakemake once for the session (importing it is most of a dry run's
-    time). The fork's output, and its jobs', goes to its own stdout and stderr, as in a subprocess."""
+    this process, which has imported Snakemake once for the session (_snakemake_cli). The fork's
+    output, and its jobs', goes to its own stdout and stderr, as in a subprocess."""
     argv = ["snakemake", "--nolock", *map(str, args)]
+    cli = _snakemake_cli()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         pid = os.fork()
         if pid == 0:
@@ -77,9 +83,10 @@ def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
                 os.dup2(out.fileno(), 1)
                 os.dup2(err.fileno(), 2)
                 sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
-                snakemake_shell.STDOUT = sys.stdout  # what it binds on import: its jobs' stdout
+                shell = importlib.import_module("snakemake.shell")  # the module: the package's `shell` is its class
+                shell.STDOUT = sys.stdout  # what it binds on import: its jobs' stdout
                 sys.argv = argv
-                snakemake_cli.main(argv[1:])
+                cli.main(argv[1:])
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else int(e.code is not None)
             finally:
