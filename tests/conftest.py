@@ -27,6 +27,17 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    items.sort(key=_build_first_and_last)
+
+
+def _build_first_and_last(item) -> int:
+    """Where a test goes in the run, which pytest -n splits among its workers in this order.
+    test_compile's tests that read the session's build (built) come first: the first worker starts
+    the build at once, then reads it, while the others run the tests that need no build. The other
+    tests that read the build come last, when it is done: no worker waits for it."""
+    if "built" not in item.fixturenames:
+        return 1
+    return 0 if item.module.__name__ == "test_compile" else 2
 
 
 @pytest.fixture(scope="session")
