@@ -1,5 +1,6 @@
-import importlib
 import fcntl
+import functools
+import importlib
 import os
 import shutil
 import subprocess
@@ -7,12 +8,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-import snakemake.cli as snakemake_cli
+# One BLAS thread in each test worker (pytest -n): the workers keep every core busy already, and
+# OpenBLAS's own threads would spin waiting for work on cores the other workers need. OpenBLAS reads
+# it as NumPy loads, so before the imports below.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from flashbench import config, gpu
+import pytest  # noqa: E402
 
-snakemake_shell = importlib.import_module("snakemake.shell")  # the module: the package's `shell` is its class
+from flashbench import config, gpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,6 +27,17 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    items.sort(key=_build_first_and_last)
+
+
+def _build_first_and_last(item) -> int:
+    """Where a test goes in the run, which pytest -n splits among its workers in this order.
+    test_compile's tests that read the session's build (built) come first: the first worker starts
+    the build at once, then reads it, while the others run the tests that need no build. The other
+    tests that read the build come last, when it is done: no worker waits for it."""
+    if "built" not in item.fixturenames:
+        return 1
+    return 0 if item.module.__name__ == "test_compile" else 2
 
 
 @pytest.fixture(scope="session")
@@ -46,11 +61,27 @@ def copy_checkout(dest: Path) -> Path:
     return dest
 
 
+@functools.cache
+def _snakemake_cli():
+    """Snakemake's command line, imported once for the session by the process that runs the tests (not
+    by the pytest -n controller, which runs none). With it, what Snakemake imports only once a run
+    needs it (remote-file and storage layers, YAML templating, the HTML report) and its plugin
+    registries, which it fills as it builds its command line: every fork (snakemake() below) starts
+    with them all rather than paying for them again, which is most of a dry run's time."""
+    import snakemake.cli
+
+    for module in ("smart_open", "yte", "platformdirs", "snakemake.storage", "snakemake.report.html_reporter"):
+        importlib.import_module(module)
+    snakemake.cli.get_argument_parser()
+    return snakemake.cli
+
+
 def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
     """`python -m snakemake --nolock ARGS` in `cwd`: Snakemake's own command line, run in a fork of
-    this process, which imports Snakemake once for the session (importing it is most of a dry run's
-    time). The fork's output, and its jobs', goes to its own stdout and stderr, as in a subprocess."""
+    this process, which has imported Snakemake once for the session (_snakemake_cli). The fork's
+    output, and its jobs', goes to its own stdout and stderr, as in a subprocess."""
     argv = ["snakemake", "--nolock", *map(str, args)]
+    cli = _snakemake_cli()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         pid = os.fork()
         if pid == 0:
@@ -63,9 +94,10 @@ def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
                 os.dup2(out.fileno(), 1)
                 os.dup2(err.fileno(), 2)
                 sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
-                snakemake_shell.STDOUT = sys.stdout  # what it binds on import: its jobs' stdout
+                shell = importlib.import_module("snakemake.shell")  # the module: the package's `shell` is its class
+                shell.STDOUT = sys.stdout  # what it binds on import: its jobs' stdout
                 sys.argv = argv
-                snakemake_cli.main(argv[1:])
+                cli.main(argv[1:])
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else int(e.code is not None)
             finally:

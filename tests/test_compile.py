@@ -1,5 +1,6 @@
 """nvcc builds every configured kernel for sm_90 and sm_103, or for its own archs (the Hopper line:
 sm_90a), with no GPU (CPU only; nvcc needed)."""
+import functools
 import os
 import re
 import shutil
@@ -162,8 +163,14 @@ def _sass(record, built) -> str:
     cuobjdump = _cuobjdump()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found")
+    return _disassemble(cuobjdump, built / "build" / record["arch"] / f"{record['kernel']}.cubin")
+
+
+@functools.cache
+def _disassemble(cuobjdump: str, cubin: Path) -> str:
+    """cuobjdump -sass of one cubin, once per test run: several tests read the same kernel's SASS, and
+    each disassembly takes half a second."""
     env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cubin = built / "build" / record["arch"] / f"{record['kernel']}.cubin"
     return subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, env=env, check=True).stdout
 
 

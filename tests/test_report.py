@@ -13,10 +13,12 @@ from conftest import ROOT
 from records import results_folder
 
 TEMPLATE = ROOT / "workflow" / "templates" / "report.md.j2"
+# TFLOPS at the case of the chapter's kernels, for most of the tests below
+G3 = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
 
 
 def test_summary_has_one_row_per_kernel_and_shape(tmp_path):
-    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0})
+    out = results_folder(tmp_path, G3)
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
     runs = len(records.KERNELS) + len(records.PEERS)
@@ -40,11 +42,17 @@ def test_summary_has_one_row_per_kernel_and_shape(tmp_path):
     assert profile.loc["v11", "lsu_pipe_pct"] == 50.0 and profile.loc["v11", "softmax_in_top_lines"] == 2
 
 
-def test_report_renders_tables_figure_and_data_driven_findings(tmp_path):
-    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0})
-    path = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200")
-    text = path.read_text()
-    assert (tmp_path / "reports" / "tflops.png").stat().st_size > 1000
+@pytest.fixture(scope="module")
+def g3_report(tmp_path_factory):
+    """report.md rendered from G3's timings for the chapter's kernels alone, once for the tests that
+    read it (a render with its figures takes over a second)."""
+    tmp = tmp_path_factory.mktemp("g3")
+    return report.render(results_folder(tmp, G3), tmp / "reports", TEMPLATE, "nvidia-h200")
+
+
+def test_report_renders_tables_figure_and_data_driven_findings(g3_report):
+    text = g3_report.read_text()
+    assert (g3_report.parent / "tflops.png").stat().st_size > 1000
     assert "| v12 | fragment reshape | **210.0** |" in text
     assert "+50.0%" in text  # 210 / 140
     assert "+51.8%" in text  # the write-up's 219.15 / 144.41
@@ -60,7 +68,7 @@ def test_report_renders_tables_figure_and_data_driven_findings(tmp_path):
 
 
 def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
-    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}, failing="v12")
+    out = results_folder(tmp_path, G3, failing="v12")
     text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
     assert "| v12 | fragment reshape | failed check |" in text
     assert "210.0" not in text
@@ -102,7 +110,7 @@ def test_archived_report_is_what_its_results_render_to(slug, tmp_path):
 def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path):
     from flashbench.cli import main
 
-    paths = records.write(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}, failing="v12")
+    paths = records.write(tmp_path, G3, failing="v12")
     failed_check = paths["checks"][1]
     out = tmp_path / "bench.json"
     assert main(["bench", "--cubin", "none", "--record", "none", "--check", str(failed_check), "--out", str(out),
@@ -241,14 +249,13 @@ def test_a_subset_of_the_chapter_leaves_the_rest_unmeasured(tmp_path):
     assert [j.verdict for j in said] == ["not measured"] * 4
 
 
-def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp_path):
-    g3 = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
-    alone = report.render(results_folder(tmp_path / "a", g3), tmp_path / "a" / "reports", TEMPLATE, "nvidia-h200")
-    out = results_folder(tmp_path / "b", {**g3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER)
+def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp_path, g3_report):
+    alone = g3_report
+    out = results_folder(tmp_path / "b", {**G3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER)
     both = report.render(out, tmp_path / "b" / "reports", TEMPLATE, "nvidia-h200")
     assert both.read_text() == alone.read_text()  # the chapter's report does not see the line
     for figure in ("tflops.png", "sweep.png", "stalls.png"):
-        assert (tmp_path / "b" / "reports" / figure).read_bytes() == (tmp_path / "a" / "reports" / figure).read_bytes()
+        assert (tmp_path / "b" / "reports" / figure).read_bytes() == (alone.parent / figure).read_bytes()
     text = (tmp_path / "b" / "reports" / "hopper.md").read_text()
     assert "| v14 | TMA + wgmma | **436.0** |" in text and "+98.2% on v13" in text  # 436 / 220
     assert "| v15 | warp specialisation | **590.0** |" in text and "+35.3% on v14" in text
@@ -256,7 +263,7 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     assert "Best version: **v15**" in text and "| case | 590.0 | 560.0 | 1.05 |" in text
     assert "**Goal reached**" in text
     assert (tmp_path / "b" / "reports" / "hopper_sweep.png").stat().st_size > 1000
-    slow = results_folder(tmp_path / "c", {**g3, "v14": 436.0, "v15": 500.0}, kernels=records.KERNELS + records.HOPPER)
+    slow = results_folder(tmp_path / "c", {**G3, "v14": 436.0, "v15": 500.0}, kernels=records.KERNELS + records.HOPPER)
     from flashbench import hopper
 
     goal = hopper.context(*report.load(slow))["goal"]
@@ -264,7 +271,7 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
 
 
 def test_an_archive_from_an_older_pipeline_is_refused_with_one_clear_error(tmp_path):
-    out = results_folder(tmp_path, {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0})
+    out = results_folder(tmp_path, G3)
     summary = pd.read_csv(out / "summary.csv")
     summary.drop(columns=["inputs", "margin"]).to_csv(out / "summary.csv", index=False)
     with pytest.raises(FlashbenchError, match="summary.csv was written by an older pipeline \\(no inputs, margin\\)"):

@@ -1,6 +1,7 @@
 """Render reports/<gpu>/report.md and its figures from results/<gpu>/ alone."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import jinja2
@@ -241,11 +242,18 @@ def chapter(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
             profile[profile.kernel.isin(names)], {**meta, "kernels": kept})
 
 
+@functools.cache
+def _templates(folder: str) -> jinja2.Environment:
+    """The templates of one folder. Kept for the process: jinja2 compiles a template once per
+    environment (a fifth of a report's render, paid again on every render in a process that renders
+    several, as the tests do) and compiles it again when its file changes."""
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True)
+
+
 def fill(template: Path | str, **context) -> str:
     """A jinja2 template filled in; a name the template uses but is not given is an error."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(template).parent)),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template(Path(template).name).render(**context)
+    return _templates(str(Path(template).parent)).get_template(Path(template).name).render(**context)
 
 
 def render(results_dir: Path | str, report_dir: Path | str, template: Path | str, slug: str) -> Path:
