@@ -1,6 +1,7 @@
 """Load and validate config.yaml: the JSON schema first, then what a schema cannot say."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,7 +97,10 @@ def _key(path) -> str:
     return key or "(top level)"
 
 
+@functools.cache
 def _schema() -> dict:
+    """The schema, parsed once per process (callers only read it): the workflow asks for it twice as it
+    loads, and parsing it is most of validate()'s time."""
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
