@@ -5,7 +5,6 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from . import FlashbenchError
@@ -110,6 +109,10 @@ def supported_archs() -> list[str]:
 
 def validate(config: dict, root: Path | str = ".") -> Settings:
     """Check a loaded config; raise ConfigError naming the first bad key, else return Settings."""
+    # Imported here: the pipeline's commands import this module for Shape and Peer alone, and
+    # jsonschema would be half of each one's start-up (sixteen compile jobs, for one).
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.path), list(map(str, e.path))))
     if errors:
