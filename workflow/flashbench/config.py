@@ -1,10 +1,10 @@
 """Load and validate config.yaml: the JSON schema first, then what a schema cannot say."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from . import FlashbenchError
@@ -96,7 +96,10 @@ def _key(path) -> str:
     return key or "(top level)"
 
 
+@functools.cache
 def _schema() -> dict:
+    """The schema, parsed once per process (callers only read it): the workflow asks for it twice as it
+    loads, and parsing it is most of validate()'s time."""
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
@@ -106,6 +109,10 @@ def supported_archs() -> list[str]:
 
 def validate(config: dict, root: Path | str = ".") -> Settings:
     """Check a loaded config; raise ConfigError naming the first bad key, else return Settings."""
+    # Imported here: the pipeline's commands import this module for Shape and Peer alone, and
+    # jsonschema would be half of each one's start-up (sixteen compile jobs, for one).
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.path), list(map(str, e.path))))
     if errors:
