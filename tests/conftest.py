@@ -67,7 +67,8 @@ def _snakemake_cli():
     by the pytest -n controller, which runs none). With it, what Snakemake imports only once a run
     needs it (remote-file and storage layers, YAML templating, the HTML report) and its plugin
     registries, which it fills as it builds its command line: every fork (snakemake() below) starts
-    with them all rather than paying for them again, which is most of a dry run's time."""
+    with them all rather than paying for them again (the import takes longer than a dry run, the
+    rest a third of one)."""
     import snakemake.cli
 
     for module in ("smart_open", "yte", "platformdirs", "snakemake.storage", "snakemake.report.html_reporter"):

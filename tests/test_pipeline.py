@@ -130,66 +130,6 @@ def test_an_sm_90a_kernel_runs_its_sm_90a_build_on_sm_90_and_is_still_checked_el
             assert f"build/sm_90/{name}." not in proc.stdout and f"build/sm_103/{name}." not in proc.stdout
 
 
-def _archs_here():
-    here = gpu.detect()
-    return {"sm_90", "sm_103"} | ({here.arch} if here else set())
-
-
-@pytest.mark.parametrize("source, kernels", [("v11.cu", 1), ("v13.cu", 3)])  # v13.cu builds v13 and both ablations
-def test_one_kernel_edit_reruns_only_its_jobs(built_checkout, source, kernels):
-    checkout = built_checkout
-    assert "Nothing to be done" in snakemake(checkout, "-n", "compile").stdout
-    (checkout / "kernels" / source).write_text((checkout / "kernels" / source).read_text() + "\n")
-    proc = snakemake(checkout, "-n", "compile")
-    assert job_counts(proc.stdout) == {"compile_kernel": kernels * len(_archs_here()), "all_built": 1, "compile": 1}
-
-
-@pytest.fixture
-def measured_checkout(built_checkout):
-    """A checkout with every kernel built and the H200 archive in place, newer than the builds. Kernels
-    the archive has no records of (added to config since that run) are left out of `versions`."""
-    import yaml
-
-    checkout = built_checkout
-    text = (checkout / "config.yaml").read_text()
-    archived = {p.stem for p in (ROOT / "results" / "nvidia-h200" / "check").glob("*.json")}
-    versions = [name for name in yaml.safe_load(text)["versions"] if name in archived]
-    text = re.sub(r"^versions: \[.*\]$", f"versions: [{', '.join(versions)}]", text, count=1, flags=re.M)
-    (checkout / "config.yaml").write_text(text)
-    assert snakemake(checkout, "build/all-built", *H200).returncode == 0  # the builds of these versions: all done
-    now = time.time()
-    for age, pattern in enumerate(["results/nvidia-h200/*/*.json", "results/nvidia-h200/*.*", "reports/nvidia-h200/*"]):
-        for path in ROOT.glob(pattern):  # in pipeline order: checks and timings, tables, report
-            copy = checkout / path.relative_to(ROOT)
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(path, copy)
-            os.utime(copy, (now + age, now + age))
-    return checkout
-
-
-@pytest.mark.parametrize("ablation", ["br128", "hybrid_smem"])
-def test_an_ablation_target_reruns_that_ablation_alone(measured_checkout, ablation):
-    target = f"ablation_{ablation}"
-    assert "Nothing to be done" in snakemake(measured_checkout, "-n", target, *H200).stdout
-
-    # its definition changed: its builds, check and timing rerun, then the report; nothing else
-    defines = {"br128": "{BLOCK_ROWS: 128}", "hybrid_smem": "{BLOCK_ROWS: 128, HYBRID_SMEM: 1}"}[ablation]
-    config = measured_checkout / "config.yaml"
-    assert config.read_text().count(f"defines: {defines}") == 1
-    config.write_text(config.read_text().replace(f"defines: {defines}", f"defines: {defines[:-1]}, TRIAL: 1}}"))
-    proc = snakemake(measured_checkout, "-n", target, *H200)
-    assert proc.returncode == 0, proc.stderr
-    profiled = {"profile_kernel": 1} if PROFILING_HERE else {}
-    assert job_counts(proc.stdout) == {"compile_kernel": 2, "all_built": 1, "check_kernel": 1, "bench_kernel": 1, "sweep_kernel": 1,
-                                       **profiled, "summarize": 1, "render_report": 1, target: 1}
-    assert f"results/nvidia-h200/bench/{ablation}.json" in proc.stdout
-
-
-def test_an_ablation_is_timed_again_on_request(measured_checkout):
-    proc = snakemake(measured_checkout, "-n", "ablation_br128", "-R", "results/nvidia-h200/bench/br128.json", *H200)
-    assert job_counts(proc.stdout) == {"bench_kernel": 1, "summarize": 1, "render_report": 1, "ablation_br128": 1}
-
-
 NO_GPU = pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
 ARCHIVED = sorted(p.parent.name for p in (ROOT / "results").glob("*/summary.csv"))
 
@@ -260,6 +200,66 @@ def test_snakemakes_html_report_holds_every_report_figure_and_table(reported):
     assert "Every archived GPU side by side" in html
     for slug in ARCHIVED:
         assert f"TFLOPS of each kernel and PyTorch peer on {slug} at the case" in html
+
+
+def _archs_here():
+    here = gpu.detect()
+    return {"sm_90", "sm_103"} | ({here.arch} if here else set())
+
+
+@pytest.mark.parametrize("source, kernels", [("v11.cu", 1), ("v13.cu", 3)])  # v13.cu builds v13 and both ablations
+def test_one_kernel_edit_reruns_only_its_jobs(built_checkout, source, kernels):
+    checkout = built_checkout
+    assert "Nothing to be done" in snakemake(checkout, "-n", "compile").stdout
+    (checkout / "kernels" / source).write_text((checkout / "kernels" / source).read_text() + "\n")
+    proc = snakemake(checkout, "-n", "compile")
+    assert job_counts(proc.stdout) == {"compile_kernel": kernels * len(_archs_here()), "all_built": 1, "compile": 1}
+
+
+@pytest.fixture
+def measured_checkout(built_checkout):
+    """A checkout with every kernel built and the H200 archive in place, newer than the builds. Kernels
+    the archive has no records of (added to config since that run) are left out of `versions`."""
+    import yaml
+
+    checkout = built_checkout
+    text = (checkout / "config.yaml").read_text()
+    archived = {p.stem for p in (ROOT / "results" / "nvidia-h200" / "check").glob("*.json")}
+    versions = [name for name in yaml.safe_load(text)["versions"] if name in archived]
+    text = re.sub(r"^versions: \[.*\]$", f"versions: [{', '.join(versions)}]", text, count=1, flags=re.M)
+    (checkout / "config.yaml").write_text(text)
+    assert snakemake(checkout, "build/all-built", *H200).returncode == 0  # the builds of these versions: all done
+    now = time.time()
+    for age, pattern in enumerate(["results/nvidia-h200/*/*.json", "results/nvidia-h200/*.*", "reports/nvidia-h200/*"]):
+        for path in ROOT.glob(pattern):  # in pipeline order: checks and timings, tables, report
+            copy = checkout / path.relative_to(ROOT)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, copy)
+            os.utime(copy, (now + age, now + age))
+    return checkout
+
+
+@pytest.mark.parametrize("ablation", ["br128", "hybrid_smem"])
+def test_an_ablation_target_reruns_that_ablation_alone(measured_checkout, ablation):
+    target = f"ablation_{ablation}"
+    assert "Nothing to be done" in snakemake(measured_checkout, "-n", target, *H200).stdout
+
+    # its definition changed: its builds, check and timing rerun, then the report; nothing else
+    defines = {"br128": "{BLOCK_ROWS: 128}", "hybrid_smem": "{BLOCK_ROWS: 128, HYBRID_SMEM: 1}"}[ablation]
+    config = measured_checkout / "config.yaml"
+    assert config.read_text().count(f"defines: {defines}") == 1
+    config.write_text(config.read_text().replace(f"defines: {defines}", f"defines: {defines[:-1]}, TRIAL: 1}}"))
+    proc = snakemake(measured_checkout, "-n", target, *H200)
+    assert proc.returncode == 0, proc.stderr
+    profiled = {"profile_kernel": 1} if PROFILING_HERE else {}
+    assert job_counts(proc.stdout) == {"compile_kernel": 2, "all_built": 1, "check_kernel": 1, "bench_kernel": 1, "sweep_kernel": 1,
+                                       **profiled, "summarize": 1, "render_report": 1, target: 1}
+    assert f"results/nvidia-h200/bench/{ablation}.json" in proc.stdout
+
+
+def test_an_ablation_is_timed_again_on_request(measured_checkout):
+    proc = snakemake(measured_checkout, "-n", "ablation_br128", "-R", "results/nvidia-h200/bench/br128.json", *H200)
+    assert job_counts(proc.stdout) == {"bench_kernel": 1, "summarize": 1, "render_report": 1, "ablation_br128": 1}
 
 
 GPU_TARGETS = ["check", "bench", "sweep", "profile", "ablation_br128", "ablation_hybrid_smem"]

@@ -245,7 +245,7 @@ def chapter(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
 @functools.cache
 def _templates(folder: str) -> jinja2.Environment:
     """The templates of one folder. Kept for the process: jinja2 compiles a template once per
-    environment (a fifth of a report's render, paid again on every render in a process that renders
+    environment (a tenth of a report's render, paid again on every render in a process that renders
     several, as the tests do) and compiles it again when its file changes."""
     return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True)
