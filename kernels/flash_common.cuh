@@ -152,23 +152,37 @@ __device__ __forceinline__ void require_tiles_cover(int seq_len, int row_tiles, 
 }  // namespace flash
 
 // ---- launch contract -------------------------------------------------------------------------
-// Every version states once how it must be launched. The pipeline compiles the same file for the
-// host with -DFLASH_PRINT_LAUNCH_CONTRACT and runs it (no GPU needed), so the launch geometry and
-// the dynamic shared memory it records come from the very constants and structs the kernel uses.
+// Every version states once how it must be launched: FLASH_LAUNCH_CONTRACT puts a LaunchContract,
+// made from the very constants and structs the kernel uses, into the cubin as the constant
+// flash_launch_contract. The compile stage reads it from the cubin's symbol table (no GPU and no
+// second build needed), and the launcher launches as it says.
 // Kernel signature shared by all versions (grid = (S / block_rows, B * H)):
 //   extern "C" __global__ void flash_attention_forward(const half* q, const half* k, const half* v,
 //                                                      half* o, int seq_len, float scale_log2);
 // (The Hopper line adds tensor maps after these six, and a persistent kernel its logical grid after
 // those, on a grid of its own size: hopper.cuh's contract macros.)
-#ifdef FLASH_PRINT_LAUNCH_CONTRACT
-#include <cstdio>
-#define FLASH_LAUNCH_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes)                        \
-  int main() {                                                                                            \
-    std::printf("{\"threads\": %d, \"block_rows\": %d, \"block_cols\": %d, \"dynamic_smem_bytes\": %d, "  \
-                "\"head_dim\": %d}\n",                                                                    \
-                int(threads), int(block_rows), int(block_cols), int(dynamic_smem_bytes), flash::kHeadDim); \
-    return 0;                                                                                             \
-  }
-#else
-#define FLASH_LAUNCH_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes)
-#endif
+namespace flash {
+// int fields in this order: flashbench/compile.py (CONTRACT_FIELDS) reads them so.
+struct LaunchContract {
+  int threads;
+  int block_rows;          // query rows per block (per work tile, for a persistent kernel)
+  int block_cols;          // keys per K/V tile: S must be a multiple
+  int dynamic_smem_bytes;
+  int head_dim;
+  int tensor_maps;         // maps passed after the six common parameters: 0, 3 (q, k, v) or 4 (q, k, v, o)
+  int box_cols;            // the maps' box: box_cols x (q_box_rows | kv_box_rows | o_box_rows) elements,
+  int q_box_rows;          //   swizzled in swizzle_bytes
+  int kv_box_rows;
+  int o_box_rows;
+  int swizzle_bytes;
+  int ctas_per_sm;         // a persistent kernel (V18 on): blocks per SM; 0: a block per row tile and head
+};
+}  // namespace flash
+#define FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, tensor_maps, box_cols, \
+                                     q_box_rows, kv_box_rows, o_box_rows, swizzle_bytes, ctas_per_sm)            \
+  extern "C" __device__ const flash::LaunchContract flash_launch_contract = {                                    \
+      int(threads),     int(block_rows), int(block_cols),  int(dynamic_smem_bytes), flash::kHeadDim,            \
+      int(tensor_maps), int(box_cols),   int(q_box_rows),  int(kv_box_rows),        int(o_box_rows),            \
+      int(swizzle_bytes), int(ctas_per_sm)};
+#define FLASH_LAUNCH_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes) \
+  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, 0, 0, 0, 0, 0, 0, 0)

@@ -30,6 +30,7 @@ namespace flash::hopper {
 constexpr int kBoxCols = 64;                        // fp16 columns per TMA box (128 bytes)
 constexpr int kBoxRowBytes = kBoxCols * 2;          // 128
 constexpr int kAtomBytes = 8 * kBoxRowBytes;        // 1024: eight swizzled rows
+constexpr int kSwizzleBytes = kBoxRowBytes;         // the tensor maps' swizzle: one box row is one span
 
 // ---- small PTX wrappers ------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t elect_lane0() { return (threadIdx.x % 32) == 0; }
@@ -234,47 +235,14 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
 // FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT_O (V19 on): as the persistent one, plus a fourth map over o
 // (box {64 columns, o_box_rows}, 128-byte swizzle) that the kernel stores O through, passed after v's:
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, heads)
-#ifdef FLASH_PRINT_LAUNCH_CONTRACT
-#define FLASH_PRINT_TMA_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, tail) \
-  FLASH_PRINT_TMA_CONTRACT_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, "", tail)
-// more_maps: "" or further entries of the tensor_maps list, each starting with ", ".
-#define FLASH_PRINT_TMA_CONTRACT_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, \
-                                      more_maps, tail)                                                             \
-  std::printf("{\"threads\": %d, \"block_rows\": %d, \"block_cols\": %d, \"dynamic_smem_bytes\": %d, "              \
-              "\"head_dim\": %d, \"tensor_maps\": [{\"array\": \"q\", \"box\": [%d, %d], \"swizzle\": 128}, "        \
-              "{\"array\": \"k\", \"box\": [%d, %d], \"swizzle\": 128}, "                                           \
-              "{\"array\": \"v\", \"box\": [%d, %d], \"swizzle\": 128}%s]%s}\n",                                    \
-              int(threads), int(block_rows), int(block_cols), int(dynamic_smem_bytes), flash::kHeadDim,             \
-              flash::hopper::kBoxCols, int(q_box_rows), flash::hopper::kBoxCols, int(kv_box_rows),                  \
-              flash::hopper::kBoxCols, int(kv_box_rows), more_maps, tail)
 #define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)     \
-  int main() {                                                                                                      \
-    FLASH_PRINT_TMA_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, "");     \
-    return 0;                                                                                                       \
-  }
+  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, 3, flash::hopper::kBoxCols,     \
+                               q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes, 0)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,      \
                                              kv_box_rows, ctas_per_sm)                                              \
-  int main() {                                                                                                      \
-    char tail[64];                                                                                                  \
-    std::snprintf(tail, sizeof tail, ", \"persistent\": {\"ctas_per_sm\": %d}", int(ctas_per_sm));                 \
-    FLASH_PRINT_TMA_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows, tail);   \
-    return 0;                                                                                                       \
-  }
+  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, 3, flash::hopper::kBoxCols,     \
+                               q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes, ctas_per_sm)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT_O(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,    \
                                                kv_box_rows, o_box_rows, ctas_per_sm)                                \
-  int main() {                                                                                                      \
-    char o_map[96], tail[64];                                                                                       \
-    std::snprintf(o_map, sizeof o_map, ", {\"array\": \"o\", \"box\": [%d, %d], \"swizzle\": 128}",                  \
-                  flash::hopper::kBoxCols, int(o_box_rows));                                                        \
-    std::snprintf(tail, sizeof tail, ", \"persistent\": {\"ctas_per_sm\": %d}", int(ctas_per_sm));                 \
-    FLASH_PRINT_TMA_CONTRACT_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows,    \
-                                  o_map, tail);                                                                     \
-    return 0;                                                                                                       \
-  }
-#else
-#define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)
-#define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,      \
-                                             kv_box_rows, ctas_per_sm)
-#define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT_O(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,    \
-                                               kv_box_rows, o_box_rows, ctas_per_sm)
-#endif
+  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, 4, flash::hopper::kBoxCols,     \
+                               q_box_rows, kv_box_rows, o_box_rows, flash::hopper::kSwizzleBytes, ctas_per_sm)

@@ -64,6 +64,23 @@ def test_a_kernel_that_does_not_compile_is_a_clear_error(tmp_path, settings, nee
     assert nvccs in failed.value.transcript
 
 
+def test_the_launch_contract_is_read_from_the_cubin(tmp_path, settings, needs_nvcc):
+    """A kernel's FLASH_LAUNCH_CONTRACT lands in its cubin as a constant, read back field by field; a
+    kernel that states none is a clear error, not a launch with made-up numbers."""
+    (tmp_path / "flash_common.cuh").write_text((ROOT / "kernels" / "flash_common.cuh").read_text())
+    kernel = ('#include "flash_common.cuh"\n{}\n'
+              'extern "C" __global__ void flash_attention_forward(float* x) {{ x[threadIdx.x] = 1.f; }}\n')
+    stated = tmp_path / "stated.cu"
+    stated.write_text(kernel.format("FLASH_LAUNCH_CONTRACT(96, 48, 80, 1234)"))
+    r = compile_kernel("stated", stated, "sm_90", settings.nvcc_flags, {}, tmp_path / "stated.cubin")
+    assert r["launch"] == {"threads": 96, "block_rows": 48, "block_cols": 80, "dynamic_smem_bytes": 1234,
+                           "head_dim": 128}
+    silent = tmp_path / "silent.cu"
+    silent.write_text(kernel.format(""))
+    with pytest.raises(FlashbenchError, match="no symbol flash_launch_contract: the kernel states no FLASH_LAUNCH_"):
+        compile_kernel("silent", silent, "sm_90", settings.nvcc_flags, {}, tmp_path / "silent.cubin")
+
+
 def test_a_long_error_shows_its_first_lines_and_keeps_the_rest_for_the_log():
     error = CommandFailed("compiling x for sm_90", ["nvcc", "x.cu"], "\n".join(f"line {i}" for i in range(25)))
     assert str(error).splitlines() == ["compiling x for sm_90 failed:", *(f"line {i}" for i in range(10)),

@@ -1,21 +1,19 @@
 """Build one kernel for one architecture with nvcc and record what ptxas reports about it.
 
 No GPU is needed: the cubin is built for `arch`, ptxas's -v report is parsed, and the kernel's
-launch contract (threads, tile rows, dynamic shared memory) is read by compiling the same file
-for the host with -DFLASH_PRINT_LAUNCH_CONTRACT and running it.
+launch contract (threads, tile rows, dynamic shared memory, tensor maps) is read from the constant
+its FLASH_LAUNCH_CONTRACT put into the cubin.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import shlex
 import shutil
+import struct
 import subprocess
-import tempfile
 from pathlib import Path
 
-from . import FlashbenchError, occupancy, ptxas
-from .files import read_json, sha256, write_json
+from . import FlashbenchError, elf, occupancy, ptxas
+from .files import sha256
 
 ENTRY = "flash_attention_forward"
 
@@ -33,7 +31,7 @@ def nvcc_version() -> str:
 
 
 class CommandFailed(FlashbenchError):
-    """nvcc (or the launch-contract printer) failed. The message is its first lines of error, for
+    """nvcc failed. The message is its first lines of error, for
     the console; `transcript` is the command and all it printed, for the log."""
 
     shown = 10
@@ -96,29 +94,31 @@ def _run(cmd: list[str], what: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def launch_contract(source: Path, arch: str, flags: list[str], defines: dict, cache: Path | None = None) -> dict:
-    """Compile the kernel file for the host with its contract printer and run it. The contract comes
-    from the host pass, where no device arch applies, so the same file, headers, defines and flags
-    give it for every arch: it is kept in `cache` under a hash of those, and a kernel's other archs
-    read it back instead of building the printer again (half of a compile's time)."""
-    host_flags = [f for f in flags if f != "-lineinfo"]
-    key = hashlib.sha256(json.dumps([source.read_text(), {h.name: h.read_text() for h in sorted(source.parent.glob("*.cuh"))},
-                                     defines, host_flags], sort_keys=True).encode()).hexdigest()
-    kept = cache / f"{key}.json" if cache else None
-    if kept and kept.exists():
-        return read_json(kept)
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "contract"
-        # PTX only (compute_XX): ptxas is not needed to read constants off the host side.
-        _run([nvcc(), *arch_flags(arch, "compute"), *host_flags, "-DFLASH_PRINT_LAUNCH_CONTRACT", *define_flags(defines),
-              "-I", str(source.parent), "-o", str(exe), str(source)], "building the launch-contract printer")
-        out = _run([str(exe)], "running the launch-contract printer")
+CONTRACT_SYMBOL = "flash_launch_contract"
+# flash::LaunchContract's int fields, in order (flash_common.cuh)
+CONTRACT_FIELDS = ("threads", "block_rows", "block_cols", "dynamic_smem_bytes", "head_dim", "tensor_maps", "box_cols",
+                   "q_box_rows", "kv_box_rows", "o_box_rows", "swizzle_bytes", "ctas_per_sm")
+
+
+def launch_contract(cubin: Path) -> dict:
+    """The launch contract in `cubin`, as the launcher reads it: threads, tile shape, dynamic shared
+    memory, head dim; the tensor maps a Hopper kernel takes (q, k, v and maybe o); and, for a
+    persistent kernel, its blocks per SM."""
     try:
-        contract = json.loads(out)
-    except json.JSONDecodeError:
-        raise FlashbenchError(f"{source}: FLASH_LAUNCH_CONTRACT printed no JSON: {out!r}") from None
-    if kept:
-        write_json(kept, contract)
+        raw = elf.symbol_bytes(cubin, CONTRACT_SYMBOL)
+    except FlashbenchError as e:
+        raise FlashbenchError(f"{e}: the kernel states no FLASH_LAUNCH_CONTRACT") from None
+    if len(raw) != 4 * len(CONTRACT_FIELDS):
+        raise FlashbenchError(f"{cubin}: {CONTRACT_SYMBOL} is {len(raw)} bytes, not the {4 * len(CONTRACT_FIELDS)} "
+                              "of flash::LaunchContract")
+    fields = dict(zip(CONTRACT_FIELDS, struct.unpack(f"<{len(CONTRACT_FIELDS)}i", raw)))
+    contract = {k: fields[k] for k in ("threads", "block_rows", "block_cols", "dynamic_smem_bytes", "head_dim")}
+    if fields["tensor_maps"]:
+        rows = {"q": fields["q_box_rows"], "k": fields["kv_box_rows"], "v": fields["kv_box_rows"], "o": fields["o_box_rows"]}
+        contract["tensor_maps"] = [{"array": array, "box": [fields["box_cols"], rows[array]],
+                                    "swizzle": fields["swizzle_bytes"]} for array in "qkvo"[: fields["tensor_maps"]]]
+    if fields["ctas_per_sm"]:
+        contract["persistent"] = {"ctas_per_sm": fields["ctas_per_sm"]}
     return contract
 
 
@@ -131,7 +131,7 @@ def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], d
     resources = ptxas.parse(report, ENTRY)
     if resources["arch"] != arch:
         raise FlashbenchError(f"ptxas compiled {name} for {resources['arch']}, asked for {arch}")
-    contract = launch_contract(source, arch, flags, defines, cache=cubin.parent.parent / ".contracts")
+    contract = launch_contract(cubin)
     smem_total = resources["static_smem_bytes"] + contract["dynamic_smem_bytes"]
     return {
         "kernel": name,
