@@ -290,6 +290,17 @@ def test_v20_holds_the_turn_for_the_wgmma_issue_alone(records, built):
     assert_softmax_between_the_waits_and_the_guard_first(v20_sass)
 
 
+def test_v21_changes_the_producer_only(records, built):
+    """V21 reorders the producer's loads: the launch, the registers and the consumers' turn are V20's."""
+    v20, v21 = records[("v20", "sm_90a")], records[("v21", "sm_90a")]
+    assert v21["launch"] == v20["launch"] and v21["registers"] <= 168 and v21["spill_bytes"] == 0
+    v21_sass = _sass(v21, built)
+    (v20_turn,), (v21_turn,) = _turns(_sass(v20, built)), _turns(v21_sass)
+    assert len(v21_turn) == len(v20_turn)
+    assert not any(op in line for line in v21_turn for op in ("FMUL", "F2FP", "R2UR"))
+    assert_softmax_between_the_waits_and_the_guard_first(v21_sass)
+
+
 def test_a_hopper_kernel_does_not_build_for_a_plain_arch(tmp_path, settings, needs_nvcc):
     with pytest.raises(FlashbenchError, match="needs sm_90a"):
         compile_kernel("v14", ROOT / "kernels" / "v14.cu", "sm_90", settings.nvcc_flags, {}, tmp_path / "v14.cubin")
