@@ -301,6 +301,32 @@ def test_v21_changes_the_producer_only(records, built):
     assert_softmax_between_the_waits_and_the_guard_first(v21_sass)
 
 
+def _fmuls_branched_over(sass_text: str) -> list[int]:
+    """For each predicated forward branch, the FMULs between it and its target: the code it skips."""
+    lines = [line for line in sass_text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    address = [int(re.match(r"\s*/\*([0-9a-f]+)\*/", line)[1], 16) for line in lines]
+    skipped = []
+    for i, line in enumerate(lines):
+        if m := re.search(r"@!?U?P\d+\s+BRA 0x([0-9a-f]+)", line):
+            target = int(m[1], 16)
+            if target > address[i]:
+                skipped.append(sum("FMUL" in x for x, a in zip(lines[i:], address[i:]) if a < target))
+    return skipped
+
+
+def test_v22_rescales_o_only_when_a_row_max_moved(records, built):
+    """V22's O rescale (64 multiplies per thread) sits behind a branch on a warp vote, before the turn
+    in the tile loop and in the last batch; V21's runs in every batch."""
+    v21, v22 = records[("v21", "sm_90a")], records[("v22", "sm_90a")]
+    assert v22["launch"] == v21["launch"] and v22["registers"] <= 168 and v22["spill_bytes"] == 0
+    v21_sass, v22_sass = _sass(v21, built), _sass(v22, built)
+    assert "VOTE.ANY" in v22_sass and "VOTE.ANY" not in v21_sass
+    assert _fmuls_branched_over(v22_sass).count(64) == 2 and 64 not in _fmuls_branched_over(v21_sass)
+    (v22_turn,) = _turns(v22_sass)
+    assert not any(op in line for line in v22_turn for op in ("FMUL", "F2FP", "R2UR"))
+    assert_softmax_between_the_waits_and_the_guard_first(v22_sass)
+
+
 def test_a_hopper_kernel_does_not_build_for_a_plain_arch(tmp_path, settings, needs_nvcc):
     with pytest.raises(FlashbenchError, match="needs sm_90a"):
         compile_kernel("v14", ROOT / "kernels" / "v14.cu", "sm_90", settings.nvcc_flags, {}, tmp_path / "v14.cubin")
