@@ -79,3 +79,10 @@ def test_a_kernel_one_gpu_did_not_run_is_a_dash(tmp_path):
 def test_no_gpu_archived_yet(tmp_path):
     text = compare.render([], TEMPLATE, tmp_path / "README.md", tmp_path / "compare.png").read_text()
     assert "No GPU is archived under `results/` yet" in text and (tmp_path / "compare.png").exists()
+
+
+def test_a_run_given_its_commit_says_both_commits():
+    """A copied working tree may carry a stale git: the commit the run was told it is made from is
+    named beside git's own."""
+    assert compare.commit_of({"git_commit": "abc123"}) == "abc123"
+    assert compare.commit_of({"git_commit": "abc123+dirty", "given_commit": "def456"}) == "abc123+dirty (given: def456)"

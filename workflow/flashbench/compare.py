@@ -23,6 +23,13 @@ def not_timed_because(kernel: dict) -> str:
     return "not timed" if kernel["check_passed"] else "failed check"
 
 
+def commit_of(provenance: dict) -> str:
+    """The commit a timing was made at, as recorded: git's own, and the one given to the run
+    (FLASHBENCH_GIT_COMMIT) where the two differ."""
+    given = provenance.get("given_commit")
+    return provenance["git_commit"] + (f" (given: {given})" if given else "")
+
+
 def column(results_dir: Path | str) -> dict:
     """One GPU's column: its name, its case and method, and a cell per kernel and peer it ran
     (TFLOPS at the case, or why there is none)."""
@@ -35,7 +42,7 @@ def column(results_dir: Path | str) -> dict:
         "name": measured[0]["provenance"]["gpu"] if measured else results_dir.name,
         "case": meta["case"],
         "steps": sorted({k["timing"]["steps"] for k in measured}),
-        "commits": sorted({k["provenance"]["git_commit"] for k in measured}),
+        "commits": sorted({commit_of(k["provenance"]) for k in measured}),
         "kernels": meta["kernels"],
         "cells": {k["name"]: float(case[k["name"]]) if k["name"] in case else not_timed_because(k)
                   for k in meta["kernels"]},
