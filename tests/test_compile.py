@@ -180,15 +180,24 @@ def _sass(record, built) -> str:
     cuobjdump = _cuobjdump()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found")
-    return _disassemble(cuobjdump, built / "build" / record["arch"] / f"{record['kernel']}.cubin")
+    return _disassemble(cuobjdump, built / "build" / record["arch"] / f"{record['kernel']}.cubin",
+                        built / "sass" / f"{record['arch']}-{record['kernel']}.sass")
 
 
 @functools.cache
-def _disassemble(cuobjdump: str, cubin: Path) -> str:
-    """cuobjdump -sass of one cubin, once per test run: several tests read the same kernel's SASS, and
-    each disassembly takes half a second."""
+def _disassemble(cuobjdump: str, cubin: Path, kept: Path) -> str:
+    """cuobjdump -sass of one cubin, once per test run: several tests, on either test worker, read the
+    same kernel's SASS, and each disassembly takes most of a second. Kept in `kept`, outside the build
+    the pipeline tests copy (written whole, then renamed into place: a worker reads all of it or none)."""
+    if kept.exists():
+        return kept.read_text()
     env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, env=env, check=True).stdout
+    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, env=env, check=True).stdout
+    kept.parent.mkdir(exist_ok=True)
+    partial = kept.with_suffix(f".sass.{os.getpid()}")
+    partial.write_text(sass)
+    partial.replace(kept)
+    return sass
 
 
 def test_v15_is_a_producer_and_two_consumer_warpgroups(records, built):
