@@ -17,7 +17,7 @@
 //   V21  .. K(t,0) V(t-1,n-1) Q(t) K(t,1) V(t,0) K(t,2) V(t,1) .. K(t+1,0) V(t,n-1) Q(t+1) K(t+1,1) ..
 //
 // Each load still waits for its own buffer's release, in the producer's new order, and each wait is
-// now for a release that comes no later than the one before it (K(j + 1): QK(j - 1); V(j): PV(j - 2);
+// now for a release that comes no earlier than the one before it (K(j + 1): QK(j - 1); V(j): PV(j - 2);
 // Q(t + 1): the last QK of tile t), so no wait holds up a load whose buffer is free earlier.
 // The consumers, the rings and their phases are V20's: the i-th K tile and the i-th V tile of the
 // block are both in stage i % 2, as before; only the moment each is loaded moves.
@@ -28,8 +28,8 @@
 //   Br = 128, Bc = 128, D = 128. Shared memory: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the barriers.
 //   Launch, work tiles, batches, turns and epilogue: V20's (and V19's, described there).
 // Choice: one producer thread, not one warp per operand. Three producer warps (Q, K, V), each waiting
-//   only for its own buffers, were tried first: 2.5% fewer cycles than V20 at the case (ncu), but
-//   2.5% more at S=4096 and 8192, where a third warp waiting on an mbarrier shares an SM sub-partition
+//   only for its own buffers, were tried first: 2.2% fewer cycles than V20 at the case (ncu), but
+//   about 3% more at S=4096 and 8192, where a third warp waiting on an mbarrier shares an SM sub-partition
 //   with a consumer warp; the order above gets the gain at the case without the loss.
 // Choice: the 32 KB of shared memory left free stay free. A third V stage (230 KB), with either
 //   producer, changed the cycle count by at most 0.7% at the case, S=4096 and 8192 on the H200.
@@ -121,7 +121,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
   __syncthreads();  // the last block-wide barrier: after it, each role goes its own way
 
   if (wg == 0) {
-    // ==== producer warpgroup: V15's loads, for every work tile of the block ============================
+    // ==== producer warpgroup: the loads in V21's order, for every work tile of the block ===============
     setmaxnreg_dec<kProducerRegs>();
     if (warp == 0 && elect_lane0()) {
       // The i-th K (V) tile the block loads, over all its work tiles, goes to stage i % kStages, the

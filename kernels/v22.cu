@@ -1,4 +1,4 @@
-// V22: O is rescaled only when a row's max has grown by more than 2^8 (the Hopper line, ninth step;
+// V22: O is rescaled only when exp of a row's max has grown more than 2^8-fold (the Hopper line, ninth step;
 // sm_90a only).
 // The online softmax keeps, per row, the max m that exp is taken against: P = 2^((S - m) * scale_log2).
 // Up to V21, m is the running max itself, so each batch computes a rescale factor per row and
@@ -50,7 +50,7 @@ constexpr int kBr = 128;                                     // query rows per w
 constexpr int kWgRows = kBr / kConsumerWarpgroups;           // 64 rows per consumer warpgroup: one wgmma M
 constexpr int kBc = 128;                                     // keys per K/V tile: one wgmma N (QK)
 constexpr int kD = kHeadDim;                                 // 128: PV's wgmma N
-constexpr float kRescaleLog2 = 8.f;                          // V22: m moves when the max grows by more than 2^8
+constexpr float kRescaleLog2 = 8.f;                          // V22: m moves when (max - m) * scale_log2 > 8
 constexpr int kStages = 2;                                   // K/V ring depth (V18: 3; room for O)
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
@@ -117,7 +117,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
   __syncthreads();  // the last block-wide barrier: after it, each role goes its own way
 
   if (wg == 0) {
-    // ==== producer warpgroup: V15's loads, for every work tile of the block ============================
+    // ==== producer warpgroup: the loads in V21's order, for every work tile of the block ===============
     setmaxnreg_dec<kProducerRegs>();
     if (warp == 0 && elect_lane0()) {
       // The i-th K (V) tile the block loads, over all its work tiles, goes to stage i % kStages, the
@@ -172,7 +172,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     float o_acc[64];  // O: 64 rows x 128 head columns per warpgroup (zeroed at each work tile)
     float s_acc[64];               // S of the tile whose QK is in the current batch
     uint32_t p_frag[kBc / 16][4];  // P of the tile whose PV is in the current batch
-    float row_max[2];  // rows g, g + 8: m, at most 2^8 below their running max (V22; -inf at each work tile)
+    float row_max[2];  // rows g, g + 8: m, (max - m) * scale_log2 <= 8 (V22; -inf at each work tile)
     float row_sum[2];  // this thread's part of the running sum of exp (0 at each work tile)
 
     // ---- the pieces of a batch -------------------------------------------------------------------
@@ -203,11 +203,11 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     // Online softmax of S in registers (a thread holds 32 of the 128 columns of rows g, g + 8;
     // s_acc[4i + 2h + e]: row g + 8h, key 8i + 2*quad + e). It leaves exp(S - m) in s_acc and
     // the factors O is to be rescaled by in rescale[]: O itself may still be in flight. V22: row_max
-    // holds m, which moves to the running max only when that exceeds it by more than 2^kRescaleLog2
-    // (always at a work tile's first tile, where m = -inf); o_rescaled: whether any row of this
-    // warp moved, the same in every lane.
+    // holds m, which moves to the running max only when (max - m) * scale_log2 > kRescaleLog2
+    // (always at a work tile's first tile, where m = -inf); rescale_o_needed: whether any row of
+    // this warp moved its m, the same in every lane.
     float rescale[2];
-    bool o_rescaled = true;
+    bool rescale_o_needed = true;
     const auto softmax = [&] {
       float neg_max_scaled[2];
       bool moved = false;
@@ -226,7 +226,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         neg_max_scaled[h] = -row_max[h] * scale_log2;
         row_sum[h] *= rescale[h];
       }
-      o_rescaled = __any_sync(0xffffffff, moved);
+      rescale_o_needed = __any_sync(0xffffffff, moved);
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
         const int h = (i / 2) % 2;
@@ -293,7 +293,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
         if (tile > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv_stage == 0 ? kStages - 1 : pv_stage - 1]);
         pack_p();     // P(j - 1)
-        if (o_rescaled) rescale_o();  // by softmax(j - 1)'s factors, before the turn (V20); V22: if m moved
+        if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn (V20); V22: if m moved
         named_bar_sync(my_turn, kConsumerThreads);
         batch_begin();  // one fence for both products: P and O were written by ordinary instructions
         issue_qk(stage);
@@ -321,7 +321,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       // Epilogue step 1: the previous work tile's store has read the O tile (nothing to wait for at
       // the block's first); the turn sync below carries that to the warpgroup's 128 threads.
       if (store_thread) bulk_wait_group_read<0>();
-      if (o_rescaled) rescale_o();  // V20: before the turn, as in the loop; V22: if m moved
+      if (rescale_o_needed) rescale_o();  // V20: before the turn, as in the loop; V22: if m moved
       named_bar_sync(my_turn, kConsumerThreads);
       batch_begin();
       issue_pv(pv_stage);
