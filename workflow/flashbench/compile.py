@@ -31,8 +31,8 @@ def nvcc_version() -> str:
 
 
 class CommandFailed(FlashbenchError):
-    """nvcc failed. The message is its first lines of error, for
-    the console; `transcript` is the command and all it printed, for the log."""
+    """nvcc failed. The message is its first lines of error, for the console; `transcript` is the
+    command and all it printed, for the log."""
 
     shown = 10
 
@@ -73,13 +73,12 @@ def not_runnable_reason(archs: list[str], gpu_arch: str) -> str:
     return f"built for {', '.join(archs)} only, not run on {gpu_arch}" + (f": {notes}" if notes else "")
 
 
-def arch_flags(arch: str, code: str = "sm") -> list[str]:
-    """nvcc's target flags. An arch-specific target is named by -gencode: the -arch=compute_90a
-    shorthand also runs a plain compute_90 pass, which rejects wgmma and setmaxnreg. `code`: sm (a
-    cubin) or compute (PTX only)."""
+def arch_flags(arch: str) -> list[str]:
+    """nvcc's target flags for a cubin. An arch-specific target is named by -gencode: the
+    -arch=sm_90a shorthand also runs a plain compute_90 pass, which rejects wgmma and setmaxnreg."""
     if is_specific(arch):
-        return [f"-gencode=arch={arch.replace('sm_', 'compute_')},code={arch.replace('sm_', code + '_')}"]
-    return [f"-arch={arch.replace('sm_', code + '_')}"]
+        return [f"-gencode=arch={arch.replace('sm_', 'compute_')},code={arch}"]
+    return [f"-arch={arch}"]
 
 
 def cubin_command(source: Path, arch: str, flags: list[str], defines: dict, cubin: Path) -> list[str]:
@@ -106,7 +105,7 @@ def launch_contract(cubin: Path) -> dict:
     persistent kernel, its blocks per SM."""
     try:
         raw = elf.symbol_bytes(cubin, CONTRACT_SYMBOL)
-    except FlashbenchError as e:
+    except elf.NoSuchSymbol as e:
         raise FlashbenchError(f"{e}: the kernel states no FLASH_LAUNCH_CONTRACT") from None
     if len(raw) != 4 * len(CONTRACT_FIELDS):
         raise FlashbenchError(f"{cubin}: {CONTRACT_SYMBOL} is {len(raw)} bytes, not the {4 * len(CONTRACT_FIELDS)} "
