@@ -200,6 +200,11 @@ def _disassemble(cuobjdump: str, cubin: Path, kept: Path) -> str:
     return sass
 
 
+def _instructions(sass_text: str) -> list[str]:
+    """The instruction lines of cuobjdump's SASS (each opens with its address, /*0a30*/)."""
+    return [line for line in sass_text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+
+
 def test_v15_is_a_producer_and_two_consumer_warpgroups(records, built):
     v15 = records[("v15", "sm_90a")]
     assert v15["launch"]["threads"] == 384 and v15["launch"]["block_rows"] == 128 and v15["launch"]["block_cols"] == 128
@@ -224,7 +229,7 @@ def test_v17_runs_its_softmax_between_the_two_waits(records, built):
     ptxas has not moved the wait for PV above them."""
     v16, v17 = records[("v16", "sm_90a")], records[("v17", "sm_90a")]
     assert v17["launch"] == v16["launch"] and v17["registers"] == 168
-    sass = [line for line in _sass(v17, built).splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    sass = _instructions(_sass(v17, built))
     waits = [i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR.LE" in line]
     overlapped = [sum("MUFU.EX2" in line for line in sass[a:b]) for a, b in zip(waits, waits[1:])
                   if "gsb0, 0x1" in sass[a]]
@@ -235,7 +240,7 @@ def assert_softmax_between_the_waits_and_the_guard_first(sass_text: str) -> None
     """Every wait_group 1 (QK done, PV still running) is followed by the softmax's exps (64 of them or
     more) before the next wait; and the grid guard traps before the barriers are set up, the roles
     split, or anyone waits."""
-    sass = [line for line in sass_text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    sass = _instructions(sass_text)
     waits = [i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR.LE" in line]
     overlapped = [sum("MUFU.EX2" in line for line in sass[a:b]) for a, b in zip(waits, waits[1:])
                   if "gsb0, 0x1" in sass[a]]
@@ -276,7 +281,7 @@ def test_v19_stores_o_through_shared_memory_with_tma(records, built):
 def _turns(sass_text: str) -> list[list[str]]:
     """The instructions from each turn's sync (BAR.SYNC on a register id, 256 threads) to its arrive
     (BAR.ARV) that issue a full batch, QK and PV: 16 wgmma, i.e. the tile loop's turn."""
-    lines = [line for line in sass_text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    lines = _instructions(sass_text)
     held = []
     for i, line in enumerate(lines):
         if re.search(r"BAR\.SYNC\.DEFER_BLOCKING R\d+, 0x100", line):
@@ -284,6 +289,12 @@ def _turns(sass_text: str) -> list[list[str]]:
             if sum("HGMMA" in x for x in lines[i:end]) == 16:
                 held.append(lines[i:end])
     return held
+
+
+def assert_the_turn_holds_the_wgmma_issue_alone(turn: list[str]) -> None:
+    """No O rescale (FMUL), P packing (F2FP) or descriptor move into uniform registers (R2UR) while
+    the other warpgroup waits for the turn (V20 on)."""
+    assert not any(op in line for line in turn for op in ("FMUL", "F2FP", "R2UR"))
 
 
 def test_v20_holds_the_turn_for_the_wgmma_issue_alone(records, built):
@@ -295,7 +306,7 @@ def test_v20_holds_the_turn_for_the_wgmma_issue_alone(records, built):
     v20_sass = _sass(v20, built)
     (v19_turn,), (v20_turn,) = _turns(_sass(v19, built)), _turns(v20_sass)
     assert any("FMUL" in line for line in v19_turn) and any("R2UR" in line for line in v19_turn)
-    assert not any(op in line for line in v20_turn for op in ("FMUL", "F2FP", "R2UR"))
+    assert_the_turn_holds_the_wgmma_issue_alone(v20_turn)
     assert 2 * len(v20_turn) < len(v19_turn)
     assert_softmax_between_the_waits_and_the_guard_first(v20_sass)
 
@@ -310,13 +321,13 @@ def test_v21_changes_the_producer_only(records, built):
     assert v20_sass.count("UTMALDG") == 3 * 2 and v21_sass.count("UTMALDG") == 4 * 2
     (v20_turn,), (v21_turn,) = _turns(v20_sass), _turns(v21_sass)
     assert len(v21_turn) == len(v20_turn)
-    assert not any(op in line for line in v21_turn for op in ("FMUL", "F2FP", "R2UR"))
+    assert_the_turn_holds_the_wgmma_issue_alone(v21_turn)
     assert_softmax_between_the_waits_and_the_guard_first(v21_sass)
 
 
 def _fmuls_branched_over(sass_text: str) -> list[int]:
     """For each predicated forward branch, the FMULs between it and its target: the code it skips."""
-    lines = [line for line in sass_text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    lines = _instructions(sass_text)
     address = [int(re.match(r"\s*/\*([0-9a-f]+)\*/", line)[1], 16) for line in lines]
     skipped = []
     for i, line in enumerate(lines):
@@ -336,7 +347,7 @@ def test_v22_rescales_o_only_when_a_row_max_moved(records, built):
     assert "VOTE.ANY" in v22_sass and "VOTE.ANY" not in v21_sass
     assert _fmuls_branched_over(v22_sass).count(64) == 2 and 64 not in _fmuls_branched_over(v21_sass)
     (v22_turn,) = _turns(v22_sass)
-    assert not any(op in line for line in v22_turn for op in ("FMUL", "F2FP", "R2UR"))
+    assert_the_turn_holds_the_wgmma_issue_alone(v22_turn)
     assert_softmax_between_the_waits_and_the_guard_first(v22_sass)
 
 
