@@ -3,7 +3,7 @@ import copy
 import pytest
 import yaml
 
-from flashbench.config import ConfigError, validate
+from flashbench.config import ConfigError, load, validate
 
 from conftest import ROOT, snakemake
 
@@ -38,6 +38,12 @@ def test_the_shipped_config_is_valid():
     (lambda c: c["check"].update(tolerance="1e-2"), r"'check.tolerance': '1e-2' is not of type 'number'"),
     (lambda c: c["check"].update(tolerance=0.5), r"'check.tolerance': 0.5 is greater than the maximum"),
     (lambda c: c["check"].update(factor=10), r"'check.factor': 10 is greater than the maximum of 4"),
+    (lambda c: c["check"].update(factor=float("nan")), r"'check.factor': nan is not a finite number$"),
+    (lambda c: c["check"].update(tolerance=float("nan")), r"'check.tolerance': nan is not a finite number$"),
+    (lambda c: c["check"].update(tolerance=float("-inf")), r"'check.tolerance': -inf is not a finite number$"),
+    (lambda c: c["kernels"]["v12"].update(published_tflops=float("inf")),
+     r"'kernels.v12.published_tflops': inf is not a finite number$"),
+    (lambda c: c["check"].pop("factor"), r"'check.factor': missing$"),
     (lambda c: c["check"].update(inputs=["normal", "zeros"]), r"'check.inputs\[1\]': 'zeros' is not one of"),
     (lambda c: c["check"]["smallest"].update(B=2), r"'check.smallest': B\*H = 10 is even"),
     (lambda c: c.update(colour="blue"), r"'\(top level\)': Additional properties are not allowed \('colour'"),
@@ -59,6 +65,14 @@ def test_the_shipped_config_is_valid():
 def test_bad_config_names_the_key(edit, message):
     with pytest.raises(ConfigError, match=message):
         validate(edited(edit), root=ROOT)
+
+
+@pytest.mark.parametrize("value, shown", [(".nan", "nan"), (".inf", "inf"), ("-.inf", "-inf")])
+def test_yaml_nan_and_inf_are_not_numbers(tmp_path, value, shown):
+    path = tmp_path / "config.yaml"
+    path.write_text((ROOT / "config.yaml").read_text().replace("factor: 2\n", f"factor: {value}\n"))
+    with pytest.raises(ConfigError, match=rf"^config key 'check.factor': {shown} is not a finite number$"):
+        load(path)
 
 
 def test_snakemake_rejects_bad_config_before_any_job(tmp_path):

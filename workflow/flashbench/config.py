@@ -1,15 +1,12 @@
 """Load and validate config.yaml: the JSON schema first, then what a schema cannot say."""
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from . import FlashbenchError
-
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 
 
 class ConfigError(FlashbenchError):
@@ -89,38 +86,21 @@ class Settings:
         raise ConfigError(f"no kernel named {name!r} is run (config key 'versions')")
 
 
-def _key(path) -> str:
-    key = ""
-    for part in path:
-        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
-    return key or "(top level)"
-
-
-@functools.cache
-def _schema() -> dict:
-    """The schema, parsed once per process (callers only read it): the workflow asks for it twice as it
-    loads, and parsing it is most of validate()'s time."""
-    return yaml.safe_load(SCHEMA_PATH.read_text())
-
-
 def supported_archs() -> list[str]:
-    return list(_schema()["$defs"]["arch"]["enum"])
+    from . import schemas
+
+    return list(schemas.load("config")["$defs"]["arch"]["enum"])
 
 
 def validate(config: dict, root: Path | str = ".") -> Settings:
     """Check a loaded config; raise ConfigError naming the first bad key, else return Settings."""
     # Imported here: the pipeline's commands import this module for Shape and Peer alone, and
     # jsonschema would be half of each one's start-up (sixteen compile jobs, for one).
-    import jsonschema
+    from . import schemas
 
-    validator = jsonschema.Draft202012Validator(_schema())
-    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.path), list(map(str, e.path))))
-    if errors:
-        e = errors[0]
-        message = e.message
-        if e.validator == "const":  # a fixed value: its description says why
-            message = f"must be {e.validator_value!r}, not {e.instance!r}: {e.schema['description']}"
-        raise ConfigError(f"config key '{_key(e.path)}': {message}")
+    error = schemas.first_error(schemas.Validator(schemas.load("config")), config)
+    if error:
+        raise ConfigError(f"config key '{error[0]}': {error[1]}")
 
     definitions = config["kernels"]
     kernels = []

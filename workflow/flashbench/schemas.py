@@ -1,0 +1,55 @@
+"""JSON Schema (Draft 2020-12) as the pipeline applies it to config.yaml and to its records: a
+`number` is a finite number (YAML's .nan and .inf, and Python's, are not numbers here: no comparison
+keyword can reject NaN, which compares false with everything), and an error is one line naming the
+key it is about."""
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+FOLDER = Path(__file__).resolve().parents[1] / "schemas"
+
+
+def _finite_number(checker, instance) -> bool:
+    return jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(instance, "number") and math.isfinite(instance)
+
+
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("number", _finite_number),
+)
+
+
+@functools.cache
+def load(name: str) -> dict:
+    """workflow/schemas/<name>.schema.yaml, parsed once per process (callers only read it)."""
+    return yaml.safe_load((FOLDER / f"{name}.schema.yaml").read_text())
+
+
+def key_name(path) -> str:
+    """A path into a document as one key: check.shapes[1].S."""
+    key = ""
+    for part in path:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key or "(top level)"
+
+
+def first_error(validator, instance) -> tuple[str, str] | None:
+    """The first error (the shallowest, then by key) as (key, message), or None where it is valid."""
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.path), list(map(str, e.path))))
+    if not errors:
+        return None
+    e = errors[0]
+    path, message = list(e.path), e.message
+    if e.validator == "required":  # name the missing key itself
+        path.append(next(k for k in e.validator_value if k not in e.instance))
+        message = "missing"
+    elif e.validator == "const" and "description" in e.schema:  # a fixed value: its description says why
+        message = f"must be {e.validator_value!r}, not {e.instance!r}: {e.schema['description']}"
+    elif e.validator == "type" and isinstance(e.instance, float) and not math.isfinite(e.instance):
+        message = f"{e.instance} is not a finite number"
+    return key_name(path), message
