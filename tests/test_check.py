@@ -171,6 +171,60 @@ def test_nan_anywhere_fails():
     assert not verdict["passed"] and "1 NaN/Inf" in verdict["reason"]
 
 
+class WritesIntoItsInputs(Implementation):
+    """Correct on what it leaves in Q, K, V, which it changes first: `change` does it in place."""
+
+    def __init__(self, change):
+        super().__init__()
+        self.change = change
+
+    def __call__(self, q, k, v, o):
+        self.change(q, k, v)
+        return super().__call__(q, k, v, o)
+
+
+def scale_q(q, k, v):
+    q[...] = q * np.float16(1.05)  # a 5% scale error, hidden in the inputs
+
+
+def zero_last_keys_of_v(q, k, v):
+    v[..., -32:, :] = 0
+
+
+@pytest.mark.parametrize("change, changed", [(scale_q, "Q"), (zero_last_keys_of_v, "V")])
+def test_a_kernel_that_changes_its_inputs_fails_and_is_judged_on_the_inputs_it_was_given(change, changed):
+    result = check_kernel(WritesIntoItsInputs(change), [SMALL[0]], GATE, kinds=["normal"], progress=lambda m: None)
+    assert not result["passed"]
+    (row,) = result["shapes"]
+    assert row["reason"].startswith(f"the kernel changed its inputs ({changed}); ") and "above" in row["reason"]
+    assert row["margin"] > 2  # against the inputs it was given the output is plainly wrong
+
+
+class ZeroV(Implementation):
+    """Inputs with V all zero: the reference is all zero, and so is a right output."""
+
+    def __init__(self, stray=0.0):
+        super().__init__()
+        self.stray = stray
+
+    def inputs(self, shape, rng, kind="normal"):
+        q, k, v, o = super().inputs(shape, rng, kind)
+        return q, k, np.zeros_like(v), o
+
+    def __call__(self, q, k, v, o):
+        super().__call__(q, k, v, o)
+        o[0, 0, 0, 0] = self.stray
+        return o
+
+
+def test_an_all_zero_reference_is_judged_without_dividing_by_zero():
+    right = check_shape(ZeroV(), SMALL[0], GATE, seed=1)
+    assert right["passed"] and right["margin"] == 0 and right["rel_error"] == 0
+    stray = check_shape(ZeroV(stray=1e-3), SMALL[0], GATE, seed=1)
+    assert not stray["passed"] and stray["margin"] == math.inf
+    assert "max abs error 1.00e-03 above 0.00e+00" in stray["reason"]
+
+
 def test_the_reference_works_out_its_own_scale_from_d():
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 2, 64, 64)).astype(np.float16) for _ in range(3))

@@ -109,10 +109,14 @@ def plain_fp16(q, k, v, xp, max_logit_bytes: int = 1 << 30):
     return out
 
 
+TINY_NORM = 1e-30  # what a relative error divides by where the reference is all zero (a row, or all of it)
+
+
 def errors(out, ref, xp) -> dict:
     """Against the fp32 reference: whole-tensor relative error ||out - ref|| / ||ref||, the worst
     row's relative error (a row: one query's D outputs), the max abs error (fp64 sums), and the
-    count of NaN/Inf elements (any one fails: the errors are then NaN)."""
+    count of NaN/Inf elements (any one fails: the errors are then NaN). A reference norm of 0 counts
+    as TINY_NORM: an exact output has no relative error there, any other a huge one."""
     ref64 = ref.astype(xp.float64)
     diff = out.astype(xp.float64) - ref64
     nonfinite = int((~xp.isfinite(out)).sum())
@@ -120,9 +124,9 @@ def errors(out, ref, xp) -> dict:
         nan = float("nan")
         return {"rel_error": nan, "worst_row_rel_error": nan, "max_abs_error": nan, "nonfinite": nonfinite}
     row_ref = xp.sqrt((ref64 * ref64).sum(axis=-1))
-    row_rel = xp.sqrt((diff * diff).sum(axis=-1)) / xp.maximum(row_ref, 1e-30)
+    row_rel = xp.sqrt((diff * diff).sum(axis=-1)) / xp.maximum(row_ref, TINY_NORM)
     return {
-        "rel_error": float(xp.linalg.norm(diff.ravel()) / xp.linalg.norm(ref64.ravel())),
+        "rel_error": float(xp.linalg.norm(diff.ravel()) / max(float(xp.linalg.norm(ref64.ravel())), TINY_NORM)),
         "worst_row_rel_error": float(row_rel.max()),
         "max_abs_error": float(xp.abs(diff).max()),
         "nonfinite": 0,

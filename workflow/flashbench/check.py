@@ -5,7 +5,9 @@ The gate, per shape and input kind (in the manner of FlashAttention's own tests)
   max abs error         <= factor * plain fp16's + one fp16 rounding of the largest output
   worst row's rel error <= factor * plain fp16's + one fp16 rounding (2^-11)
   whole-tensor rel error <= the smaller of the same bound and `tolerance`
-and no NaN/Inf anywhere (the output is NaN-poisoned before each run). A correct kernel rounds at
+and no NaN/Inf anywhere (the output is NaN-poisoned before each run). The reference and the yardstick
+come from a copy of the inputs taken before the kernel runs, and a kernel that changes its inputs
+fails: judged on what it was given, not on what it left behind. A correct kernel rounds at
 no more places than plain fp16 (its logits stay fp32; P and O are rounded once each), so it lands
 well under plain fp16's error; `factor` (2) leaves room for another accumulation order and the
 approximate exp2, while one wrong row, a block that missed a key tile or a 1% scale error land one
@@ -52,8 +54,16 @@ class Gate:
         over = [m for m in METRICS if not measured[m] <= thresholds[m]]
         reason = "; ".join(f"{METRIC_NAMES[m]} {measured[m]:.2e} above {thresholds[m]:.2e} "
                            f"(plain fp16 {yardstick[m]:.2e})" for m in over) or None
-        margin = max(measured[m] / thresholds[m] for m in METRICS)
+        margin = max(_share(measured[m], thresholds[m]) for m in METRICS)
         return {**verdict, "passed": not over, "margin": margin, "reason": reason}
+
+
+def _share(error: float, threshold: float) -> float:
+    """error / threshold; a threshold of 0 (an all-zero reference and an exact yardstick) is met by no
+    error at all (0) and missed by any (inf)."""
+    if threshold > 0:
+        return error / threshold
+    return 0.0 if error == 0 else math.inf
 
 
 def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal") -> dict:
@@ -66,6 +76,7 @@ def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal
             return {**row, "passed": None, "reason": f"not checked: {reason}"}
         return {**row, "passed": False, "reason": f"a configured shape it cannot run: {reason}"}
     q, k, v, o = kernel.inputs(shape, cp.random.default_rng(seed), kind)
+    given = {"Q": q.copy(), "K": k.copy(), "V": v.copy()}  # the reference's: the kernel may write into q, k, v
     try:
         out = cp.asarray(kernel(q, k, v, o))
         cp.cuda.runtime.deviceSynchronize()
@@ -74,10 +85,16 @@ def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal
         return {**row, "passed": False, "reason": f"kernel launch failed: {e}", "fatal": True}
     except NoKernelForShape as e:
         return {**row, "passed": None, "reason": f"not checked: {e}"}
-    ref = attention.reference(q, k, v, cp)
+    ref = attention.reference(*given.values(), cp)
     measured = attention.errors(out, ref, cp)
-    yardstick = attention.errors(attention.plain_fp16(q, k, v, cp), ref, cp)
-    return {**row, **measured, **gate.judge(measured, yardstick, float(cp.abs(ref).max()))}
+    yardstick = attention.errors(attention.plain_fp16(*given.values(), cp), ref, cp)
+    verdict = gate.judge(measured, yardstick, float(cp.abs(ref).max()))
+    changed = [name for (name, before), after in zip(given.items(), (q, k, v))
+               if bool((before.view(cp.uint16) != after.view(cp.uint16)).any())]  # bit for bit: NaN too
+    if changed:
+        verdict |= {"passed": False, "reason": f"the kernel changed its inputs ({', '.join(changed)}); "
+                                               + (verdict["reason"] or "its output is within the bounds")}
+    return {**row, **measured, **verdict}
 
 
 def shapes_for(kernel, shapes: list[Shape], smallest: tuple[int, int] | None) -> list[Shape]:
