@@ -1,8 +1,13 @@
 """Synthetic raw records shaped like the pipeline's, for CPU tests of summarize and render.
 The numbers are test inputs, not measurements: nothing here is written under results/."""
+import hashlib
+
+from flashbench import attention
+from flashbench.config import Shape
 from flashbench.files import write_json, write_text
 from flashbench.occupancy import blocks_per_sm
 from flashbench.summary import summarize
+from flashbench.validation import Expected
 
 CASE = {"B": 1, "H": 64, "S": 1024, "D": 128}
 EXTRA = {"B": 2, "H": 16, "S": 2048, "D": 128}
@@ -32,11 +37,13 @@ PEERS = [
 ]
 PEER_TFLOPS = {"sdpa_auto": 560.0, "unfused": 120.0}
 SWEEP_S = (512, 1024, 2048)
-SETTINGS = {"baseline": "sdpa_auto",
-            "sweep": {"S": list(SWEEP_S), "steps": 20, "repeats": 20, "warmup": 3, "graph_replays": 10},
-            "profile_note": None}
+BENCH = {"steps": 100, "repeats": 10, "warmup": 2, "graph_replays": 5}
+SWEEP = {"S": list(SWEEP_S), "steps": 20, "repeats": 20, "warmup": 3, "graph_replays": 10}
+SETTINGS = {"baseline": "sdpa_auto", "sweep": SWEEP, "profile_note": None}
 INPUTS = ["normal", "late_max"]
 GATE = {"factor": 2.0, "tolerance": 5e-3}
+EXPECTED = Expected(case=CASE, check_shapes=[CASE, EXTRA], inputs=INPUTS, gate=GATE, bench=BENCH, sweep=SWEEP,
+                    peers=[p["name"] for p in PEERS])
 # ptxas-like resources per kernel: registers, spilled bytes (each way), threads, Br, static and dynamic smem
 RESOURCES = {
     "v11": (126, 0, 128, 32, 37760, 0),
@@ -66,13 +73,16 @@ def clocks(throttled: bool = False) -> dict:
             "throttled": throttled, "throttle_reasons": ["sw_power_cap"] if throttled else []}
 
 
-def timing(tflops: float, throttled: bool = False) -> dict:
-    ms = 34.359738368e9 / (tflops * 1e12) * 1e3
-    return {**CASE, "steps": 100, "repeats": 10, "warmup": 2, "graph_replays": 5, "total_s": ms / 10,
+def timing(tflops: float, throttled: bool = False, shape: dict = CASE, counts: dict = BENCH) -> dict:
+    """A timing of `tflops` at `shape` with `counts`: its times, and what they come to, agree."""
+    shape = Shape(**shape)
+    ms = attention.flops(shape) / (tflops * 1e12) * 1e3
+    return {**shape.as_dict(), **{c: counts[c] for c in ("steps", "repeats", "warmup", "graph_replays")},
+            "total_s": ms * counts["steps"] / 1e3,
             "ms_per_step": ms, "ms_median": ms * 1.01, "ms_min": ms * 0.99, "ms_max": ms * 1.2, "ms_graph": ms * 0.98,
             "tflops": tflops, "tflops_median": tflops / 1.01, "tflops_min": tflops / 1.2, "tflops_max": tflops / 0.99,
-            "tflops_graph": tflops / 0.98, "gib_per_s": 64 * 2**20 / (ms / 1e3) / 2**30, "input_bytes": 48 * 2**20,
-            "clocks": clocks(throttled)}
+            "tflops_graph": tflops / 0.98, "gib_per_s": attention.gib_per_s(shape, ms / 1e3),
+            "input_bytes": attention.input_bytes(shape), "clocks": clocks(throttled)}
 
 
 def check_row(shape: dict, kind: str, passed: bool) -> dict:
@@ -90,7 +100,7 @@ def compile_record(name: str, arch: str) -> dict:
     registers, spill, threads, block_rows, static_smem, dynamic_smem = RESOURCES[name]
     occupancy = blocks_per_sm(arch, threads, registers, static_smem + dynamic_smem)
     return {"kernel": name, "arch": arch, "source": "kernels/v11.cu", "defines": {}, "nvcc": "release 13.0",
-            "command": "nvcc ...", "cubin_sha256": f"{name}{arch}".ljust(64, "0"), "registers": registers,
+            "command": "nvcc ...", "cubin_sha256": hashlib.sha256(f"{name} {arch}".encode()).hexdigest(), "registers": registers,
             "stack_frame_bytes": spill, "spill_store_bytes": spill, "spill_load_bytes": spill,
             "static_smem_bytes": static_smem, "spill_bytes": 2 * spill,
             "launch": {"threads": threads, "block_rows": block_rows, "block_cols": 64,
@@ -142,7 +152,8 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
         bench = ({"kernel": name, "timed": True, "reason": None, **identity, "timing": timing(tflops[name]),
                   "provenance": provenance(name)} if passed else
                  {"kernel": name, "timed": False, "reason": "failed its check: ..."})
-        points = [({**timing(tflops[name] * (S / 1024) ** 0.2), **{**CASE, "S": S}, "timed": True, "reason": None}
+        points = [({**timing(tflops[name] * (S / 1024) ** 0.2, shape={**CASE, "S": S}, counts=SWEEP), "timed": True,
+                    "reason": None}
                    if not k.get("max_seq_len") or S <= k["max_seq_len"] else
                    {**CASE, "S": S, "timed": False, "reason": f"S={S} is above {name}'s max_seq_len"})
                   for S in SWEEP_S]
@@ -151,7 +162,8 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
                  {"kernel": name, "timed": False, "reason": "failed its check: ..."})
         records = [("checks", check), ("benches", bench), ("sweeps", sweep)]
         if k["kind"] != "peer":
-            records.append(("profiles", profile_record(name, RESOURCES[name][0]) if passed else
+            records.append(("profiles", {**profile_record(name, RESOURCES[name][0]), **identity,
+                                         "provenance": provenance(name)} if passed else
                             {"kernel": name, "profiled": False, "reason": "failed its check: ..."}))
         for kind, record in records:
             path = tmp / kind / f"{name}.json"
@@ -171,7 +183,8 @@ def results_folder(tmp, tflops: dict, failing: str | None = None, skipped: str |
     """What summarize makes of `write`'s records: tmp/results/<slug>/ with its tables, as archived."""
     paths = write(tmp, tflops, failing, skipped, kernels)
     summary, resources, profile, meta = summarize(kernels + PEERS, paths["checks"], paths["benches"], paths["compiled"],
-                                                  "sm_90", CASE, paths["sweeps"], paths["profiles"], SETTINGS)
+                                                  "sm_90", CASE, paths["sweeps"], paths["profiles"], SETTINGS,
+                                                  expected=EXPECTED)
     out = tmp / "results" / slug
     write_text(out / "summary.csv", summary.to_csv(index=False))
     write_text(out / "resources.csv", resources.to_csv(index=False))

@@ -16,7 +16,7 @@ TFLOPS = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem
 
 def gather(paths):
     return summarize(records.KERNELS + records.PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90",
-                     records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS)
+                     records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS, expected=records.EXPECTED)
 
 
 def edit(path, change):
@@ -48,7 +48,7 @@ def test_summarize_ties_a_hopper_kernel_to_its_sm_90a_build(tmp_path):
 
     def gather_all():
         return summarize(kernels + records.PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90",
-                         records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS)
+                         records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS, expected=records.EXPECTED)
 
     gather_all()
     v14_sweep = next(p for p in paths["sweeps"] if p.stem == "v14")

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from . import FlashbenchError
 from .config import Shape
-from .files import read_json, sha256, write_json, write_text
+from .files import sha256, write_json, write_text
+from .validation import Expected, read_record
 
 
 def _progress(message: str) -> None:
@@ -51,7 +52,7 @@ def _runnable_here(record_path) -> None:
     from .compile import not_runnable_reason, runs_on
 
     here = gpu.require().arch
-    record = read_json(record_path)
+    record = read_record(record_path, "compile")
     if not runs_on(record["arch"], here):
         raise NotRunnableHere(not_runnable_reason([record["arch"]], here))
 
@@ -80,7 +81,7 @@ def _kernel(a):
         return TorchPeer(Peer(**json.loads(a.peer)))
     import cupy as cp
 
-    record = read_json(a.record)
+    record = read_record(a.record, "compile")
     here = "sm_" + cp.cuda.Device().compute_capability
     if not runs_on(record["arch"], here):
         raise FlashbenchError(f"{a.cubin} is built for {record['arch']} but the GPU it would run on is {here}")
@@ -90,7 +91,7 @@ def _kernel(a):
 
 
 def _name(a) -> str:
-    return json.loads(a.peer)["name"] if a.peer else read_json(a.record)["kernel"]
+    return json.loads(a.peer)["name"] if a.peer else read_record(a.record, "compile")["kernel"]
 
 
 def cmd_check(a) -> None:
@@ -145,7 +146,7 @@ def _timed(a, what: str, run) -> None:
     from . import gpu
     from .clocks import ClockSampler
 
-    check = read_json(a.check)
+    check = read_record(a.check, "check")
     if _refused(check, a.out):
         return
     with _gpu_held(f"{what} {check['kernel']}"):
@@ -201,10 +202,10 @@ def cmd_profile(a) -> None:
     from . import gpu
     from .profile import profile
 
-    check = read_json(a.check)
+    check = read_record(a.check, "check")
     if _refused(check, a.out, "profiled"):
         return
-    record = read_json(a.record)
+    record = read_record(a.record, "compile")
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
     shape = Shape(**json.loads(a.shape))
     with _gpu_held(f"profile {record['kernel']}"):
@@ -226,7 +227,8 @@ def cmd_summarize(a) -> None:
     from .summary import summarize
 
     summary, resources, profiles, meta = summarize(json.loads(a.kernels), a.checks, a.benches, a.compiled, a.gpu_arch,
-                                                   json.loads(a.case), a.sweeps, a.profiles, json.loads(a.settings))
+                                                   json.loads(a.case), a.sweeps, a.profiles, json.loads(a.settings),
+                                                   expected=Expected.from_json(a.expected))
     out = Path(a.out_dir)
     write_text(out / "summary.csv", summary.to_csv(index=False))
     write_text(out / "resources.csv", resources.to_csv(index=False))
@@ -322,6 +324,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--gpu-arch", required=True)
     s.add_argument("--case", required=True)
     s.add_argument("--settings", default="{}", help="JSON: baseline, sweep settings, profile note")
+    s.add_argument("--expected", required=True, help="JSON: what the records must show (validation.Expected)")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_summarize)
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import FlashbenchError
 from .compile import runnable_build
-from .files import read_json
+from .validation import Expected, read_record
 
 CHECK_FIGURES = (
     "rel_error", "worst_row_rel_error", "max_abs_error",
@@ -163,16 +163,25 @@ def profile_table(profiles: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def read_records(paths: list, kind: str, expected: Expected) -> dict:
+    """Each record of `kind` by the name it is filed under, checked as it is read (validation)."""
+    return {Path(p).stem: read_record(p, kind, expected) for p in paths}
+
+
 def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile_paths: list, gpu_arch: str,
-              case: dict, sweep_paths: list = (), profile_paths: list = (), settings: dict | None = None,
-              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+              case: dict, sweep_paths: list = (), profile_paths: list = (), settings: dict | None = None, *,
+              expected: Expected) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """`kernels`: the config entries of the kernels and peers, in table order. `settings`: what the run
-    was asked to do beyond that (baseline, sweep, profile note), carried into kernels.json."""
-    checks = {(r := read_json(p))["kernel"]: r for p in check_paths}
-    benches = {(r := read_json(p))["kernel"]: r for p in bench_paths}
-    sweeps = {(r := read_json(p))["kernel"]: r for p in sweep_paths}
-    profiles = {(r := read_json(p))["kernel"]: r for p in profile_paths}
-    compile_records = [read_json(p) for p in compile_paths]
+    was asked to do beyond that (baseline, sweep, profile note), carried into kernels.json. `expected`:
+    what the records must show the run did (the configured shapes and call counts)."""
+    checks = read_records(check_paths, "check", expected)
+    benches = read_records(bench_paths, "bench", expected)
+    sweeps = read_records(sweep_paths, "sweep", expected)
+    profiles = read_records(profile_paths, "profile", expected)
+    compile_records = [read_record(p, "compile", expected) for p in compile_paths]  # one per kernel and arch
+    unchecked = [k["name"] for k in kernels if k["name"] not in checks]
+    if unchecked:
+        raise FlashbenchError(f"no check record for {', '.join(unchecked)}: run its check")
     runs_here = builds_run_here(compile_records, gpu_arch)
     belong_together(compile_records, runs_here, check=checks, bench=benches, sweep=sweeps, profile=profiles)
     resources = resources_table(compile_records)

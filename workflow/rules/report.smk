@@ -3,6 +3,7 @@
 # compare_gpus: every reported GPU's TFLOPS side by side.
 
 if GPU_MODE:
+    from flashbench.validation import Expected
 
     rule summarize:
         input:
@@ -29,12 +30,13 @@ if GPU_MODE:
             ),
             case=json.dumps(SETTINGS.case.as_dict()),
             settings=json.dumps({"baseline": SETTINGS.baseline, "sweep": SETTINGS.sweep, "profile_note": PROFILE_NOTE}),
+            expected=Expected.from_settings(SETTINGS).as_json(),
             gpu_arch=GPU_ARCH,
         shell:
             "{PY} -m flashbench summarize --kernels {params.kernels:q} --checks {input.checks}"
             " --benches {input.benches} --sweeps {input.sweeps} --profiles {input.profiles}"
             " --compiled {input.compiled} --gpu-arch {params.gpu_arch} --case {params.case:q}"
-            f" --settings {{params.settings:q}} --out-dir results/{GPU_SLUG} 2>&1 > {{log}} | tee -a {{log}} >&2"
+            f" --settings {{params.settings:q}} --expected {{params.expected:q}} --out-dir results/{GPU_SLUG} 2>&1 > {{log}} | tee -a {{log}} >&2"
 
 
 rule render_report:

@@ -1,0 +1,142 @@
+"""Every record is checked as it is read: a damaged, misplaced or edited one is one line naming its file
+and key, and nothing is summarized from it. The committed archive passes as it is."""
+import json
+
+import pytest
+
+from flashbench import FlashbenchError, validation
+from flashbench.cli import main
+from flashbench.files import read_json, write_json
+from flashbench.summary import summarize
+
+import records
+from conftest import ROOT
+
+TFLOPS = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
+ARCHIVED = sorted(p.parent for p in (ROOT / "results").glob("*/summary.csv"))
+RUN_KINDS = ("check", "bench", "sweep", "profile")
+
+
+@pytest.mark.parametrize("results_dir", ARCHIVED, ids=lambda p: p.name)
+def test_every_archived_record_passes_as_it_is(results_dir, settings):
+    expected = validation.Expected.from_settings(settings)
+    read = {kind: [validation.read_record(p, kind, expected) for p in sorted((results_dir / kind).glob("*.json"))]
+            for kind in RUN_KINDS}
+    names = [k.name for k in settings.kernels] + [p.name for p in settings.peers]
+    assert {kind: sorted(r["kernel"] for r in rs) for kind, rs in read.items() if kind != "profile"} == {
+        kind: sorted(names) for kind in ("check", "bench", "sweep")}
+    assert validation.read_record(results_dir / "kernels.json", "kernels")["kernels"]
+
+
+def gather(paths):
+    return summarize(records.KERNELS + records.PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90",
+                     records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS, expected=records.EXPECTED)
+
+
+def edit(path, change):
+    record = read_json(path)
+    change(record)
+    write_json(path, record)
+
+
+def path_of(paths, kind, name):
+    return next(p for p in paths[kind] if p.stem == name)
+
+
+def fail_a_shape(check):
+    check["shapes"][3] = records.check_row(records.EXTRA, "late_max", passed=False)
+
+
+def retime(bench, shape, steps):
+    bench["timing"] = records.timing(210.0, shape=shape, counts={**records.BENCH, "steps": steps})
+
+
+def one_shape_fewer(check):
+    del check["shapes"][2]
+
+
+BAD = [  # (kind, name, edit, message after "<path>: ")
+    ("benches", "v12", lambda r: r.pop("cubin_sha256"), "key 'cubin_sha256': missing"),
+    ("benches", "v12", lambda r: r.pop("provenance"), "key 'provenance': missing"),
+    ("checks", "v12", lambda r: r.pop("provenance"), "key 'provenance': missing"),
+    ("checks", "sdpa_auto", lambda r: r.pop("torch"), "key 'torch': missing"),
+    ("sweeps", "v13", lambda r: r.pop("cubin_sha256"), "key 'cubin_sha256': missing"),
+    ("profiles", "v13", lambda r: r.pop("provenance"), "key 'provenance': missing"),
+    ("benches", "v12", lambda r: retime(r, {**records.CASE, "S": 2048}, 3),
+     "key 'timing.S': 2048, but the case is S=1024"),
+    ("benches", "v12", lambda r: retime(r, records.CASE, 3), "key 'timing.steps': 3, but the case is steps=100"),
+    ("benches", "v12", lambda r: r["timing"].update(tflops=999.0),
+     "key 'timing.tflops': 999.0 is not what ms_per_step"),
+    ("benches", "v12", lambda r: r["timing"].update(tflops=-190.0),
+     "key 'timing.tflops': -190.0 is less than or equal to the minimum of 0"),
+    ("benches", "v12", lambda r: r["timing"].update(tflops=float("inf")), "key 'timing.tflops': inf is not a finite"),
+    ("benches", "v12", lambda r: r["timing"].update(ms_median=float("nan")),
+     "key 'timing.ms_median': nan is not a finite number"),
+    ("benches", "v12", lambda r: r["timing"].update(ms_graph=0), "key 'timing.ms_graph': 0 is less than or equal"),
+    ("checks", "v12", lambda r: r.update(kernel="v11"), "key 'kernel': 'v11', but the file is 'v12''s"),
+    ("checks", "v12", fail_a_shape, "key 'shapes[3].passed': false (B=2 H=16 S=2048 D=128 late_max), but the record"),
+    ("checks", "v12", one_shape_fewer, "key 'shapes': no row for the configured shape B=2 H=16 S=2048 D=128 on normal"),
+    ("checks", "v12", lambda r: r["gate"].update(factor=4.0), "key 'gate': {'factor': 4.0, 'tolerance': 0.005}, but"),
+    ("checks", "v12", lambda r: r["shapes"][0].update(passed=None), "key 'passed': true, but the case on normal"),
+    ("sweeps", "v13", lambda r: r["points"].pop(), "key 'points': at S = [512, 1024], but the configured sweep is"),
+    ("sweeps", "v13", lambda r: r["points"][1].update(repeats=7), "key 'points[1].repeats': 7, but the configured"),
+    ("profiles", "v13", lambda r: r.update(S=2048), "key 'S': profiled at B=1 H=64 S=2048 D=128, but the case is"),
+    ("compiled", "v13", lambda r: r.pop("cubin_sha256"), "key 'cubin_sha256': missing"),
+]
+
+
+@pytest.mark.parametrize("kind, name, change, message", BAD, ids=[f"{b[0]}-{b[1]}-{b[3][:40]}" for b in BAD])
+def test_summarize_refuses_a_bad_record_naming_its_file_and_key(tmp_path, kind, name, change, message):
+    paths = records.write(tmp_path, TFLOPS)
+    gather(paths)  # as written: fine
+    path = path_of(paths, kind, name)
+    edit(path, change)
+    with pytest.raises(validation.BadRecord) as raised:
+        gather(paths)
+    assert str(raised.value).startswith(f"{path}: {message}"), str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_record_cut_short_is_one_line_naming_it(tmp_path, capsys):
+    paths = records.write(tmp_path, TFLOPS)
+    check = path_of(paths, "checks", "v13")
+    check.write_text(check.read_text()[:500])
+    with pytest.raises(validation.BadRecord, match=f"^{check}: not valid JSON .* damaged or cut short"):
+        gather(paths)
+
+
+def test_timing_refuses_a_check_that_passed_though_a_shape_failed(tmp_path, capsys):
+    """bench and sweep take a check record's shapes over its `passed`, and refuse it before the GPU."""
+    paths = records.write(tmp_path, TFLOPS)
+    check = path_of(paths, "checks", "v12")
+    edit(check, fail_a_shape)
+    for stage, shape in (("bench", ["--shape", json.dumps(records.CASE)]), ("sweep", ["--shapes", "[]"])):
+        out = tmp_path / f"{stage}.json"
+        assert main([stage, "--cubin", "v12.cubin", "--record", "v12.json", "--check", str(check), "--out", str(out),
+                     *shape, "--steps", "1", "--repeats", "1", "--warmup", "0", "--graph-replays", "1"]) == 1
+        err = capsys.readouterr().err
+        assert err == f"error: {check}: key 'shapes[3].passed': false (B=2 H=16 S=2048 D=128 late_max), but the " \
+                      f"record says the check passed\n"
+        assert not out.exists()
+
+
+def test_the_summarize_command_says_what_is_wrong_in_one_line(tmp_path, capsys):
+    paths = records.write(tmp_path, TFLOPS)
+    bench = path_of(paths, "benches", "v12")
+    edit(bench, lambda r: r.update(read_json(path_of(paths, "benches", "v13"))))
+    args = ["summarize", "--kernels", json.dumps(records.KERNELS + records.PEERS), "--gpu-arch", "sm_90",
+            "--case", json.dumps(records.CASE), "--settings", json.dumps(records.SETTINGS),
+            "--expected", records.EXPECTED.as_json(), "--out-dir", str(tmp_path / "out")]
+    for option, kind in (("--checks", "checks"), ("--benches", "benches"), ("--compiled", "compiled"),
+                         ("--sweeps", "sweeps"), ("--profiles", "profiles")):
+        args += [option, *map(str, paths[kind])]
+    assert main(args) == 1
+    assert capsys.readouterr().err == f"error: {bench}: key 'kernel': 'v13', but the file is 'v12''s\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_check_record_is_named(tmp_path):
+    paths = records.write(tmp_path, TFLOPS)
+    paths["checks"] = [p for p in paths["checks"] if p.stem != "v12"]
+    with pytest.raises(FlashbenchError, match="^no check record for v12: run its check$"):
+        gather(paths)

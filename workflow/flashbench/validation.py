@@ -1,0 +1,237 @@
+"""Every record and table the pipeline reads back is checked as it is read, so that a damaged,
+misplaced or edited one stops the stage with one line naming the file and the key, before anything
+is written from it.
+
+A record kind (KINDS) is its schema (`$defs.<kind>` in workflow/schemas/records.schema.yaml: the
+required keys and their types, a number being a finite one) and the checks a schema cannot state:
+`consistent` ones on the record alone, and `as_configured` ones against what the run was asked to
+do (Expected). Adding a kind is one schema entry and one entry here.
+
+    record = read_record(path, "bench", expected)   # or expected=None: schema and consistency only
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import FlashbenchError, attention
+from .config import Shape
+
+Problem = tuple[str, str] | None  # (key, what is wrong with it), or None
+
+
+class BadRecord(FlashbenchError):
+    """A record or table that cannot be trusted: its message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the run was configured to do, which its records must show they did. JSON both ways
+    (the summarize stage gets it on its command line)."""
+
+    case: dict  # B, H, S, D of the timed case
+    check_shapes: list[dict]  # every configured check shape, the case first
+    inputs: list[str]  # the kinds of input each of them runs on
+    gate: dict  # factor, tolerance
+    bench: dict  # steps, repeats, warmup, graph_replays
+    sweep: dict | None  # S and the same counts, or None where no sweep is run
+    peers: list[str] = field(default_factory=list)  # the PyTorch peers' names (their identity is torch's)
+
+    @classmethod
+    def from_settings(cls, settings) -> Expected:
+        """From config.Settings."""
+        return cls(case=settings.case.as_dict(), check_shapes=[s.as_dict() for s in settings.check_shapes],
+                   inputs=list(settings.check_inputs),
+                   gate={"factor": settings.check_factor, "tolerance": settings.tolerance},
+                   bench=dict(settings.bench), sweep=dict(settings.sweep) if settings.sweep else None,
+                   peers=[p.name for p in settings.peers])
+
+    def as_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Expected:
+        return cls(**json.loads(text))
+
+
+COUNTS = ("steps", "repeats", "warmup", "graph_replays")
+KERNEL_IDENTITY, PEER_IDENTITY = ("cubin_sha256",), ("torch", "cudnn", "backend")
+# Each TFLOPS figure and the time it is worked out from (tflops_min is the slowest call's)
+TFLOPS_OF = {"tflops": "ms_per_step", "tflops_median": "ms_median", "tflops_min": "ms_max",
+             "tflops_max": "ms_min", "tflops_graph": "ms_graph"}
+AGREEMENT = 1e-6  # relative: what a figure and its time may differ by (the records keep full precision)
+
+
+def _dims(d: dict) -> dict:
+    return {k: d.get(k) for k in "BHSD"}
+
+
+def _shape_text(d: dict) -> str:
+    return " ".join(f"{k}={d.get(k)}" for k in "BHSD")
+
+
+def timing_disagrees(timing: dict) -> Problem:
+    """A timing's TFLOPS and GiB/s must be what its shape and times come to: an edited figure fails."""
+    shape = Shape(**_dims(timing))
+    worked_out = {f: attention.tflops(shape, timing[ms] / 1e3) for f, ms in TFLOPS_OF.items()}
+    worked_out["gib_per_s"] = attention.gib_per_s(shape, timing["ms_per_step"] / 1e3)
+    for figure, value in worked_out.items():
+        if not math.isclose(timing[figure], value, rel_tol=AGREEMENT):
+            source = TFLOPS_OF.get(figure, "ms_per_step")
+            return figure, f"{timing[figure]} is not what {source} {timing[source]} at {_shape_text(timing)} comes to ({value:.6g})"
+    return None
+
+
+def _at(key: str, problem: Problem) -> Problem:
+    return (f"{key}.{problem[0]}", problem[1]) if problem else None
+
+
+def _timed_as(timing: dict, dims: dict, counts: dict, what: str) -> Problem:
+    """A timing at `dims` with `counts` (the configured ones), its figures agreeing with its times."""
+    for key, value in {**dims, **{c: counts[c] for c in COUNTS}}.items():
+        if timing[key] != value:
+            return key, f"{timing[key]}, but {what} is {key}={value}"
+    return timing_disagrees(timing)
+
+
+# ---- the checks each kind of record gets beyond its schema -----------------------------------------
+
+def _check_consistent(r: dict, expected) -> Problem:
+    if r.get("skipped") and r["passed"]:
+        return "passed", "true, but the check was skipped"
+    if r["passed"]:
+        for i, row in enumerate(r["shapes"]):
+            if row["passed"] is False:
+                return f"shapes[{i}].passed", (f"false ({_shape_text(row)} {row['inputs']}), but the record says the "
+                                               f"check passed")
+    return None
+
+
+def _check_as_configured(r: dict, expected: Expected) -> Problem:
+    if r["gate"] != expected.gate:
+        return "gate", f"{r['gate']}, but the configured gate is {expected.gate}"
+    if r.get("skipped"):
+        return None
+    if r["inputs"] != expected.inputs:
+        return "inputs", f"{r['inputs']}, but the configured kinds of input are {expected.inputs}"
+    rows = {(*_dims(row).values(), row["inputs"]): row for row in r["shapes"]}
+    for shape in expected.check_shapes:
+        for kind in expected.inputs:
+            row = rows.get((*shape.values(), kind))
+            if row is None:
+                return "shapes", f"no row for the configured shape {_shape_text(shape)} on {kind} inputs"
+            if r["passed"] and shape == expected.case and row["passed"] is not True:
+                return "passed", f"true, but the case on {kind} inputs was not checked"
+    return None
+
+
+def _bench_as_configured(r: dict, expected: Expected) -> Problem:
+    return _at("timing", _timed_as(r["timing"], expected.case, expected.bench, "the case")) if r["timed"] else None
+
+
+def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
+    if not r["timed"]:
+        return None
+    if expected.sweep is None:
+        return "timed", "true, but no sweep is configured"
+    lengths = [p["S"] for p in r["points"]]
+    if lengths != expected.sweep["S"]:
+        return "points", f"at S = {lengths}, but the configured sweep is S = {expected.sweep['S']}"
+    for i, p in enumerate(r["points"]):
+        dims = {**expected.case, "S": p["S"]}
+        if _dims(p) != dims:
+            return f"points[{i}]", f"at {_shape_text(p)}, but the sweep runs at {_shape_text(dims)}"
+        if p["timed"] and (problem := _timed_as(p, dims, expected.sweep, "the configured sweep")):
+            return _at(f"points[{i}]", problem)
+    return None
+
+
+def _profile_as_configured(r: dict, expected: Expected) -> Problem:
+    if r["profiled"] and _dims(r) != expected.case:
+        return "S", f"profiled at {_shape_text(r)}, but the case is {_shape_text(expected.case)}"
+    return None
+
+
+def _kernels_consistent(meta: dict, expected) -> Problem:
+    for i, k in enumerate(meta["kernels"]):
+        if k["timing"] and (problem := timing_disagrees(k["timing"])):
+            return _at(f"kernels[{i}].timing", problem)
+    return None
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """One kind of record: its schema is `$defs.<name>` of records.schema.yaml."""
+
+    named_after_kernel: bool  # <name>.json holds the record of the kernel or peer <name>
+    ran: Callable[[dict], bool] = lambda r: False  # whether it ran the kernel: then it names what it ran
+    consistent: tuple = ()  # (record, expected or None) -> Problem
+    as_configured: tuple = ()  # (record, Expected) -> Problem
+
+
+KINDS = {
+    "check": RecordKind(True, lambda r: "skipped" not in r, (_check_consistent,), (_check_as_configured,)),
+    "bench": RecordKind(True, lambda r: r["timed"], as_configured=(_bench_as_configured,)),
+    "sweep": RecordKind(True, lambda r: r["timed"], as_configured=(_sweep_as_configured,)),
+    "profile": RecordKind(True, lambda r: r["profiled"], as_configured=(_profile_as_configured,)),
+    "compile": RecordKind(True),
+    "kernels": RecordKind(False, consistent=(_kernels_consistent,)),
+}
+
+
+@functools.cache
+def _validator(kind: str):
+    from . import schemas
+
+    document = schemas.load("records")
+    return schemas.Validator({**document, "$ref": f"#/$defs/{kind}"})
+
+
+def _identity(r: dict, expected: Expected) -> Problem:
+    """What ran is named: a kernel by its cubin's sha256, a peer by its torch build (the records of
+    one run are tied together by these)."""
+    needed = PEER_IDENTITY if r["kernel"] in expected.peers else KERNEL_IDENTITY
+    missing = [key for key in needed if key not in r]
+    return (missing[0], "missing") if missing else None
+
+
+def load_json(path: Path | str):
+    """A JSON file, or BadRecord naming it where it cannot be read or parsed (cut short, say)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise BadRecord(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): "
+                        f"damaged or cut short; run the stage that writes it again") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadRecord(f"{path}: cannot be read ({e})") from None
+
+
+def problem_of(record, kind: str, name: str | None = None, expected: Expected | None = None) -> Problem:
+    """What is wrong with `record` of `kind` (None: nothing); `name`: what its file is named after."""
+    from . import schemas
+
+    spec = KINDS[kind]
+    if problem := schemas.first_error(_validator(kind), record):
+        return problem
+    if spec.named_after_kernel and name is not None and record["kernel"] != name:
+        return "kernel", f"{record['kernel']!r}, but the file is {name!r}'s"
+    checks = spec.consistent
+    if expected is not None:
+        checks += spec.as_configured + ((_identity,) if spec.ran(record) else ())
+    for check in checks:
+        if problem := check(record, expected):
+            return problem
+    return None
+
+
+def read_record(path: Path | str, kind: str, expected: Expected | None = None) -> dict:
+    """The record at `path`, checked as a `kind` record (KINDS), against `expected` where given; else
+    BadRecord: `<path>: key '<key>': <what is wrong>`."""
+    record = load_json(path)
+    if problem := problem_of(record, kind, Path(path).stem, expected):
+        raise BadRecord(f"{path}: key '{problem[0]}': {problem[1]}")
+    return record
