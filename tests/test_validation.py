@@ -140,3 +140,105 @@ def test_a_missing_check_record_is_named(tmp_path):
     paths["checks"] = [p for p in paths["checks"] if p.stem != "v12"]
     with pytest.raises(FlashbenchError, match="^no check record for v12: run its check$"):
         gather(paths)
+
+
+# ---- the tables, read back by the reports ---------------------------------------------------------------
+
+REPORT_TEMPLATE = ROOT / "workflow" / "templates" / "report.md.j2"
+COMPARE_TEMPLATE = ROOT / "workflow" / "templates" / "compare.md.j2"
+
+
+@pytest.fixture
+def rendered(tmp_path):
+    """A results folder and the reports rendered from it, as a run leaves them."""
+    from flashbench import compare, report
+
+    out = records.results_folder(tmp_path, TFLOPS)
+    report.render(out, tmp_path / "reports", REPORT_TEMPLATE, "nvidia-h200")
+    compare.render([out], COMPARE_TEMPLATE, tmp_path / "reports" / "README.md", tmp_path / "reports" / "compare.png")
+    return out, tmp_path / "reports"
+
+
+def refused_by_both(out, reports, message):
+    """Neither report renders from `out`: one line naming the table, and what was rendered before stays."""
+    from flashbench import compare, report
+
+    before = {p.name: p.read_bytes() for p in reports.iterdir()}
+    for render in (lambda: report.render(out, reports, REPORT_TEMPLATE, "nvidia-h200"),
+                   lambda: compare.render([out], COMPARE_TEMPLATE, reports / "README.md", reports / "compare.png")):
+        with pytest.raises(validation.BadRecord) as raised:
+            render()
+        assert message in str(raised.value) and "\n" not in str(raised.value), str(raised.value)
+    assert {p.name: p.read_bytes() for p in reports.iterdir()} == before
+
+
+def cut(path, keep: float):
+    text = path.read_text()
+    path.write_text(text[:int(len(text) * keep)])
+
+
+@pytest.mark.parametrize("keep", [0.001, 0.33, 0.5, 0.97])  # in the header, in a case row, in the sweep rows
+def test_a_summary_cut_short_is_refused(rendered, keep):
+    out, reports = rendered
+    cut(out / "summary.csv", keep)
+    refused_by_both(out, reports, f"{out / 'summary.csv'}: its last line stops short: cut short")
+
+
+@pytest.mark.parametrize("lines, message", [
+    (10, "v12 has sweep rows at S = [], not at the sweep's S = [512, 1024, 2048]: cut short"),
+    (49, "unfused has sweep rows at S = [512, 1024], not at the sweep's S = [512, 1024, 2048]: cut short"),
+    (1, "v11 has no check rows on late_max, normal inputs: cut short"),
+])
+def test_a_summary_cut_at_the_end_of_a_line_is_refused(rendered, lines, message):
+    out, reports = rendered
+    kept = (out / "summary.csv").read_text().splitlines(keepends=True)[:lines]
+    (out / "summary.csv").write_text("".join(kept))
+    refused_by_both(out, reports, f"{out / 'summary.csv'}: {message}")
+
+
+def test_a_kernels_json_cut_short_is_refused(rendered):
+    out, reports = rendered
+    cut(out / "kernels.json", 0.5)
+    refused_by_both(out, reports, f"{out / 'kernels.json'}: not valid JSON")
+
+
+def edit_case_row(out, column, value, kernel="v12"):
+    import pandas as pd
+
+    summary = pd.read_csv(out / "summary.csv")
+    case = (summary.kernel == kernel) & (summary.series == "check") & summary.is_case & (summary.inputs == "normal")
+    summary.loc[case, column] = value
+    summary.to_csv(out / "summary.csv", index=False)
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("tflops", -190.0, "tflops -190.0 is not a positive finite number"),
+    ("tflops", float("inf"), "tflops inf is not a positive finite number"),
+    ("tflops", 0.0, "tflops 0.0 is not a positive finite number"),
+    ("tflops", 1e300, "tflops 1e+300 is not what ms_per_step"),
+    ("tflops", float("nan"), "tflops is empty though tflops_median is not"),
+    ("ms_graph", 1e-300, "tflops_graph"),
+])
+def test_a_summary_with_an_impossible_timing_is_refused(rendered, column, value, message):
+    out, reports = rendered
+    edit_case_row(out, column, value)
+    refused_by_both(out, reports, message)
+
+
+def test_a_summary_must_agree_with_kernels_json(rendered):
+    out, reports = rendered
+    meta = read_json(out / "kernels.json")
+    v12 = next(k for k in meta["kernels"] if k["name"] == "v12")
+    v12["timing"] = records.timing(300.0)
+    write_json(out / "kernels.json", meta)
+    refused_by_both(out, reports, "v12's TFLOPS at the case is 210.0, but kernels.json says 300.0")
+
+
+def test_a_row_of_a_kernel_kernels_json_does_not_list_is_refused(rendered):
+    out, reports = rendered
+    import pandas as pd
+
+    summary = pd.read_csv(out / "summary.csv")
+    summary.loc[summary.kernel == "v12", "kernel"] = "<img src=x onerror=alert(1)>"
+    summary.to_csv(out / "summary.csv", index=False)
+    refused_by_both(out, reports, "<img src=x onerror=alert(1)> is not among the kernels of kernels.json")

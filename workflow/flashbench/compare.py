@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .files import read_json, write_text
+from .files import write_text
 from .report import PUBLISHED, bars_figure, fill, read_summary
 from .summary import case_rows
 
@@ -34,7 +34,7 @@ def column(results_dir: Path | str) -> dict:
     """One GPU's column: its name, its case and method, and a cell per kernel and peer it ran
     (TFLOPS at the case, or why there is none)."""
     results_dir = Path(results_dir)
-    summary, meta = read_summary(results_dir), read_json(results_dir / "kernels.json")
+    summary, meta = read_summary(results_dir)
     case = case_rows(summary).set_index("kernel").tflops.dropna()
     measured = [k for k in meta["kernels"] if k.get("timing")]
     return {

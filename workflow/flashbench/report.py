@@ -8,24 +8,26 @@ import jinja2
 import pandas as pd
 
 from . import FlashbenchError, claims, conclusions, hopper
-from .files import read_json, write_text
+from .files import write_text
 from .profile import TOP_LINES
 from .check import METRICS
-from .summary import SUMMARY_COLUMNS, TIMED, case_rows
+from .summary import PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS, TIMED, case_rows
+from .validation import BadRecord, read_record, read_table, summary_problem
 
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
 HOPPER_FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
 HOPPER_TEMPLATE = "hopper.md.j2"  # beside the chapter's template
 
 
-def read_summary(results_dir: Path) -> pd.DataFrame:
-    """summary.csv, refused with a clear error where an older pipeline wrote it (another layout)."""
-    summary = pd.read_csv(results_dir / "summary.csv")
-    missing = [c for c in SUMMARY_COLUMNS if c not in summary.columns]
-    if missing:
-        raise FlashbenchError(f"{results_dir}/summary.csv was written by an older pipeline (no {', '.join(missing[:3])}"
-                              f"{' ...' if len(missing) > 3 else ''}): run the GPU stages on that GPU again")
-    return summary
+def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
+    """summary.csv and kernels.json, each checked and checked against the other (validation): a table
+    cut short, from an older pipeline or edited is refused with one line."""
+    results_dir = Path(results_dir)
+    summary = read_table(results_dir / "summary.csv", SUMMARY_COLUMNS)
+    meta = read_record(results_dir / "kernels.json", "kernels")
+    if problem := summary_problem(summary, meta):
+        raise BadRecord(f"{results_dir / 'summary.csv'}: {problem}; run summarize on that GPU again")
+    return summary, meta
 
 
 def load(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
@@ -34,10 +36,10 @@ def load(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
     missing = [f for f in needed if not (results_dir / f).is_file()]
     if missing:
         raise FlashbenchError(f"{results_dir} lacks {', '.join(missing)}: run the pipeline on that GPU first")
-    summary = read_summary(results_dir)
-    resources = pd.read_csv(results_dir / "resources.csv")
-    profile = pd.read_csv(results_dir / "profile.csv")
-    return summary, resources, profile, read_json(results_dir / "kernels.json")
+    summary, meta = read_summary(results_dir)
+    resources = read_table(results_dir / "resources.csv", RESOURCE_COLUMNS)
+    profile = read_table(results_dir / "profile.csv", PROFILE_COLUMNS)
+    return summary, resources, profile, meta
 
 
 def _save(fig, path: Path) -> None:

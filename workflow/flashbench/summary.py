@@ -16,6 +16,7 @@ import pandas as pd
 
 from . import FlashbenchError
 from .compile import runnable_build
+from .profile import METRICS, STALLS
 from .validation import Expected, read_record
 
 CHECK_FIGURES = (
@@ -35,6 +36,7 @@ RESOURCE_COLUMNS = [
     "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes", "threads", "block_rows", "blocks_per_sm",
     "limited_by", "nvcc", "command", "cubin_sha256",
 ]
+PROFILE_COLUMNS = ["kernel", *METRICS, *(f"stall_{s}" for s in STALLS), "softmax_share", "softmax_in_top_lines"]
 _CHOICE = re.compile(r"^\s*//\s*Choice:\s*(.*)$")
 
 
@@ -148,9 +150,6 @@ def belong_together(compile_records: list[dict], runs_here: dict, **records: dic
 def profile_table(profiles: dict) -> pd.DataFrame:
     """One row per profiled kernel: its metrics, stall reasons (cycles per issued instruction) and the
     softmax section's share of the sampled stalls."""
-    from .profile import METRICS, STALLS
-
-    columns = ["kernel", *METRICS, *(f"stall_{s}" for s in STALLS), "softmax_share", "softmax_in_top_lines"]
     rows = []
     for name, p in profiles.items():
         if not p.get("profiled"):
@@ -160,7 +159,7 @@ def profile_table(profiles: dict) -> pd.DataFrame:
                      "softmax_share": p["softmax_share"],
                      "softmax_in_top_lines": (None if p["top_lines"] is None
                                               else sum(line["softmax"] for line in p["top_lines"]))})
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=PROFILE_COLUMNS)
 
 
 def read_records(paths: list, kind: str, expected: Expected) -> dict:

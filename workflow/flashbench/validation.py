@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -75,9 +76,10 @@ def _shape_text(d: dict) -> str:
 
 
 def timing_disagrees(timing: dict) -> Problem:
-    """A timing's TFLOPS and GiB/s must be what its shape and times come to: an edited figure fails."""
-    shape = Shape(**_dims(timing))
-    worked_out = {f: attention.tflops(shape, timing[ms] / 1e3) for f, ms in TFLOPS_OF.items()}
+    """A timing's TFLOPS and GiB/s must be what its shape and times come to: an edited figure fails
+    (a summary row, which keeps fewer times than a record, is held to the ones it keeps)."""
+    shape = Shape(**{d: int(n) for d, n in _dims(timing).items()})
+    worked_out = {f: attention.tflops(shape, timing[ms] / 1e3) for f, ms in TFLOPS_OF.items() if ms in timing}
     worked_out["gib_per_s"] = attention.gib_per_s(shape, timing["ms_per_step"] / 1e3)
     for figure, value in worked_out.items():
         if not math.isclose(timing[figure], value, rel_tol=AGREEMENT):
@@ -235,3 +237,77 @@ def read_record(path: Path | str, kind: str, expected: Expected | None = None) -
     if problem := problem_of(record, kind, Path(path).stem, expected):
         raise BadRecord(f"{path}: key '{problem[0]}': {problem[1]}")
     return record
+
+
+# ---- the tables summarize writes, read back by the reports -------------------------------------------
+
+def read_table(path: Path | str, columns: list[str]):
+    """A CSV table with at least `columns`, or BadRecord naming the file (unreadable, cut short)."""
+    import io
+
+    import pandas as pd
+
+    try:
+        text = Path(path).read_text()
+        table = pd.read_csv(io.StringIO(text))
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise BadRecord(f"{path}: cannot be read as a table ({e}); run the stage that writes it again") from None
+    if not text.endswith("\n"):  # every table is written whole, its last line ended
+        raise BadRecord(f"{path}: its last line stops short: cut short; run the stage that writes it again")
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise BadRecord(f"{path} was written by an older pipeline or cut short (no {', '.join(missing[:3])}"
+                        f"{' ...' if len(missing) > 3 else ''}): run the GPU stages on that GPU again")
+    return table
+
+
+ROW_KEYS = ("kernel", "kind", "series", "B", "H", "S", "D", "inputs", "is_case")  # never empty in a whole row
+TIMED_FIGURES = (*TFLOPS_OF, *set(TFLOPS_OF.values()), "gib_per_s")
+
+
+def _positive_finite(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def summary_problem(summary, meta: dict) -> str | None:
+    """What is wrong with summary.csv read back beside kernels.json (`meta`, already read through
+    read_record), or None: a row cut short, a kernel missing or unknown, a timing that is not a
+    positive finite number, not what its times come to, or not the one kernels.json holds."""
+    names = [k["name"] for k in meta["kernels"]]
+    for i, row in enumerate(summary.to_dict("records")):
+        empty = [key for key in ROW_KEYS if row[key] != row[key]]  # NaN: the row stops short
+        if empty:
+            return f"line {i + 2} ({row['kernel']}): no {empty[0]}"
+        where = f"line {i + 2} ({row['kernel']}, {row['series']} S={row['S']})"
+        if row["kernel"] not in names:
+            return f"{where}: {row['kernel']} is not among the kernels of kernels.json"
+        timed = {f: row[f] for f in TIMED_FIGURES if f in row and row[f] == row[f]}
+        for figure, value in timed.items():
+            if not _positive_finite(value):
+                return f"{where}: {figure} {value} is not a positive finite number"
+        if timed and (untimed := [f for f in TIMED_FIGURES if f in row and f not in timed]):
+            return f"{where}: {untimed[0]} is empty though {next(iter(timed))} is not"
+        if timed and (problem := timing_disagrees(row)):
+            return f"{where}: {problem[0]} {problem[1]}"
+    checked = summary[summary.series == "check"]
+    case = checked[checked.is_case & (checked.inputs == "normal")]
+    for k in meta["kernels"]:
+        name = k["name"]
+        if k["skipped"]:
+            continue
+        kinds = set(checked[checked.kernel == name].inputs)
+        if not set(meta["inputs"]) <= kinds:
+            return f"{name} has no check rows on {', '.join(sorted(set(meta['inputs']) - kinds))} inputs: cut short"
+        at_case = case[case.kernel == name].tflops
+        if len(at_case) != 1:
+            return f"{name} has {len(at_case)} rows at the case on normal inputs, not one"
+        tflops = at_case.iloc[0]
+        if k["timed"] and not math.isclose(tflops, k["timing"]["tflops"], rel_tol=AGREEMENT):
+            return f"{name}'s TFLOPS at the case is {tflops}, but kernels.json says {k['timing']['tflops']}"
+        if not k["timed"] and tflops == tflops:
+            return f"{name} has {tflops} TFLOPS at the case, but kernels.json says it was not timed"
+        if k["timed"] and meta.get("sweep"):
+            swept = sorted(summary[(summary.series == "sweep") & (summary.kernel == name)].S)
+            if swept != sorted(meta["sweep"]["S"]):
+                return f"{name} has sweep rows at S = {swept}, not at the sweep's S = {meta['sweep']['S']}: cut short"
+    return None
