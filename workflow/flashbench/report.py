@@ -7,7 +7,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import FlashbenchError, claims, conclusions, hopper
+from . import FlashbenchError, claims, conclusions, hopper, markdown
 from .files import write_text
 from .profile import TOP_LINES
 from .check import METRICS
@@ -246,11 +246,14 @@ def chapter(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
 
 @functools.cache
 def _templates(folder: str) -> jinja2.Environment:
-    """The templates of one folder. Kept for the process: jinja2 compiles a template once per
+    """The templates of one folder, every value they put out escaped for markdown (markdown.text;
+    `| code` for a code span). Kept for the process: jinja2 compiles a template once per
     environment (a tenth of a report's render, paid again on every render in a process that renders
     several, as the tests do) and compiles it again when its file changes."""
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, finalize=markdown.text)
+    env.filters["code"] = markdown.code
+    return env
 
 
 def fill(template: Path | str, **context) -> str:

@@ -1,0 +1,66 @@
+"""Text from config and records is escaped in every report: it cannot break a table, a line or a list,
+nor inject HTML."""
+import json
+import re
+
+import pandas as pd
+
+from flashbench import compare, markdown, report
+
+import records
+from conftest import ROOT
+
+TEMPLATES = ROOT / "workflow" / "templates"
+EVIL_CHANGE = "fused | unfused\nnext line <script>alert(1)</script> &amp; <!-- c -->"
+EVIL_NAME = "<img src=x onerror=alert(1)>"
+ESCAPED_CHANGE = "fused \\| unfused next line &lt;script>alert(1)&lt;/script> &amp;amp; &lt;!-- c -->"
+
+
+def test_text_escapes_what_would_break_a_table_a_line_or_open_html():
+    assert markdown.text(EVIL_CHANGE) == ESCAPED_CHANGE
+    assert markdown.text("a \\| b") == "a \\\\\\| b"  # a backslash of its own cannot unescape the pipe
+    assert markdown.text("P = 2^(<= t), Q & K, v11 -> v12") == "P = 2^(<= t), Q & K, v11 -> v12"  # no HTML there
+    assert markdown.text(210.0) == 210.0 and markdown.text(None) is None
+
+
+def test_a_code_span_shows_its_text_as_written_and_cannot_be_ended_early():
+    assert markdown.code("if (a && b < c) {") == "`if (a && b < c) {`"
+    assert markdown.code("x = `y` +\n1") == "``x = `y` + 1``"
+    assert markdown.code("`tick") == "`` `tick ``"
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Every markdown table of `text` as its rows' cell counts (a pipe escaped with \\ is no border)."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(len(re.split(r"(?<!\\)\|", line)))
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def test_every_report_escapes_text_from_config_and_records(tmp_path):
+    kernels = [{**k, "change": EVIL_CHANGE} if k["name"] in ("v12", "v14") else k
+               for k in records.KERNELS + records.HOPPER]
+    out = records.results_folder(tmp_path, {**records.LIKE_THE_WRITEUP, "v14": 400.0, "v15": 450.0}, kernels=kernels)
+    # a name no config allows, as an edited archive would carry it
+    summary = pd.read_csv(out / "summary.csv")
+    summary.loc[summary.kernel == "unfused", "kernel"] = EVIL_NAME
+    summary.to_csv(out / "summary.csv", index=False)
+    meta = json.loads((out / "kernels.json").read_text())
+    next(k for k in meta["kernels"] if k["name"] == "unfused")["name"] = EVIL_NAME
+    (out / "kernels.json").write_text(json.dumps(meta))
+
+    reports = tmp_path / "reports"
+    report.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200")
+    compare.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
+    for name in ("report.md", "hopper.md", "README.md"):
+        text = (reports / name).read_text()
+        assert "<script" not in text and "<img" not in text and "<!--" not in text, name
+        for rows in table_rows(text):
+            assert len(set(rows)) == 1, (name, rows)  # every row of a table has the header's cells
+    assert f"| v12 | {ESCAPED_CHANGE} | **219.0** |" in (reports / "report.md").read_text()
+    assert f"| v14 | {ESCAPED_CHANGE} | **400.0** |" in (reports / "hopper.md").read_text()
+    assert "| &lt;img src=x onerror=alert(1)> (peer) | 120.0 | 156.50 |" in (reports / "README.md").read_text()
