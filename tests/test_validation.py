@@ -28,6 +28,37 @@ def test_every_archived_record_passes_as_it_is(results_dir, settings):
     assert validation.read_record(results_dir / "kernels.json", "kernels")["kernels"]
 
 
+@pytest.mark.parametrize("results_dir", ARCHIVED, ids=lambda p: p.name)
+def test_the_archived_tables_are_what_its_records_summarize_to(results_dir, settings, tmp_path):
+    """Through the validation: the archive's records summarize to its tables exactly. Its builds are not
+    archived, so each compile record is rebuilt from its row of resources.csv."""
+    import pandas as pd
+
+    compiled = []
+    for r in pd.read_csv(results_dir / "resources.csv").to_dict("records"):
+        path = tmp_path / r["arch"] / f"{r['kernel']}.json"
+        write_json(path, {**{k: r[k] for k in ("kernel", "arch", "nvcc", "command", "cubin_sha256", "registers",
+                                              "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes",
+                                              "static_smem_bytes", "smem_bytes", "blocks_per_sm")},
+                          "source": str(ROOT / settings.kernel(r["kernel"]).source),
+                          "limited_by": r["limited_by"].split(" + "),
+                          "launch": {k: r[k] for k in ("threads", "block_rows", "dynamic_smem_bytes")}})
+        compiled.append(path)
+    kernels = [{"name": k.name, "kind": k.kind, "change": k.change} for k in settings.kernels]
+    kernels += [{**p.as_dict(), "kind": "peer"} for p in settings.peers]
+    names = [k["name"] for k in kernels]
+
+    def paths(kind, of=names):
+        return [results_dir / kind / f"{name}.json" for name in of]
+
+    tables = summarize(kernels, paths("check"), paths("bench"), compiled, "sm_90", settings.case.as_dict(),
+                       paths("sweep"), paths("profile", [k.name for k in settings.kernels]),
+                       {"baseline": settings.baseline, "sweep": settings.sweep, "profile_note": None},
+                       expected=validation.Expected.from_settings(settings))
+    for table, name in zip(tables, ("summary.csv", "resources.csv", "profile.csv")):
+        assert table.to_csv(index=False) == (results_dir / name).read_text(), name
+
+
 def gather(paths):
     return summarize(records.KERNELS + records.PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90",
                      records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS, expected=records.EXPECTED)
