@@ -4,7 +4,7 @@ import hashlib
 
 from flashbench import attention
 from flashbench.config import Shape
-from flashbench.files import write_json, write_text
+from flashbench.files import read_json, write_json, write_text
 from flashbench.occupancy import blocks_per_sm
 from flashbench.summary import summarize
 from flashbench.validation import Expected
@@ -178,13 +178,23 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
     return paths
 
 
+def gather(paths: dict, kernels=KERNELS):
+    """summarize of `write`'s records (`paths`): summary, resources, profile tables and kernels.json."""
+    return summarize(kernels + PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90", CASE,
+                     paths["sweeps"], paths["profiles"], SETTINGS, expected=EXPECTED)
+
+
+def edit(path, change) -> None:
+    """Change the record at `path` in place: `change` edits the loaded record."""
+    record = read_json(path)
+    change(record)
+    write_json(path, record)
+
+
 def results_folder(tmp, tflops: dict, failing: str | None = None, skipped: str | None = None,
                    slug: str = "nvidia-h200", kernels=KERNELS):
     """What summarize makes of `write`'s records: tmp/results/<slug>/ with its tables, as archived."""
-    paths = write(tmp, tflops, failing, skipped, kernels)
-    summary, resources, profile, meta = summarize(kernels + PEERS, paths["checks"], paths["benches"], paths["compiled"],
-                                                  "sm_90", CASE, paths["sweeps"], paths["profiles"], SETTINGS,
-                                                  expected=EXPECTED)
+    summary, resources, profile, meta = gather(write(tmp, tflops, failing, skipped, kernels), kernels)
     out = tmp / "results" / slug
     write_text(out / "summary.csv", summary.to_csv(index=False))
     write_text(out / "resources.csv", resources.to_csv(index=False))

@@ -6,23 +6,11 @@ import pytest
 
 from flashbench import FlashbenchError
 from flashbench.cli import _same_as_checked, main
-from flashbench.files import read_json, write_json
-from flashbench.summary import summarize
 
 import records
+from records import edit, gather
 
 TFLOPS = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
-
-
-def gather(paths):
-    return summarize(records.KERNELS + records.PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90",
-                     records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS, expected=records.EXPECTED)
-
-
-def edit(path, change):
-    record = read_json(path)
-    change(record)
-    write_json(path, record)
 
 
 @pytest.mark.parametrize("field, value", [("gpu", "NVIDIA H100 80GB HBM3"), ("pci_bus_id", "0000:2a:00.0"),
@@ -46,15 +34,11 @@ def test_summarize_ties_a_hopper_kernel_to_its_sm_90a_build(tmp_path):
     kernels = records.KERNELS + records.HOPPER
     paths = records.write(tmp_path, {**TFLOPS, "v14": 430.0, "v15": 450.0}, kernels=kernels)
 
-    def gather_all():
-        return summarize(kernels + records.PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90",
-                         records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS, expected=records.EXPECTED)
-
-    gather_all()
+    gather(paths, kernels)
     v14_sweep = next(p for p in paths["sweeps"] if p.stem == "v14")
     edit(v14_sweep, lambda r: r.update(cubin_sha256="e" * 64))
     with pytest.raises(FlashbenchError, match="sweep/v14 names cubin eeeeeeeeeeee but v14's build for sm_90a is"):
-        gather_all()
+        gather(paths, kernels)
 
 
 def test_what_is_timed_must_be_what_passed_its_check():

@@ -10,6 +10,7 @@ from flashbench.files import read_json, write_json
 from flashbench.summary import summarize
 
 import records
+from records import edit, gather
 from conftest import ROOT
 
 TFLOPS = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
@@ -57,17 +58,6 @@ def test_the_archived_tables_are_what_its_records_summarize_to(results_dir, sett
                        expected=validation.Expected.from_settings(settings))
     for table, name in zip(tables, ("summary.csv", "resources.csv", "profile.csv")):
         assert table.to_csv(index=False) == (results_dir / name).read_text(), name
-
-
-def gather(paths):
-    return summarize(records.KERNELS + records.PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90",
-                     records.CASE, paths["sweeps"], paths["profiles"], records.SETTINGS, expected=records.EXPECTED)
-
-
-def edit(path, change):
-    record = read_json(path)
-    change(record)
-    write_json(path, record)
 
 
 def path_of(paths, kind, name):
