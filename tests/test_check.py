@@ -225,6 +225,13 @@ def test_an_all_zero_reference_is_judged_without_dividing_by_zero():
     assert "max abs error 1.00e-03 above 0.00e+00" in stray["reason"]
 
 
+@pytest.mark.parametrize("factor, tolerance", [(float("nan"), 5e-3), (2.0, float("inf")), (0.0, 5e-3)])
+def test_a_gate_needs_positive_finite_bounds(factor, tolerance):
+    from flashbench import FlashbenchError
+    with pytest.raises(FlashbenchError, match="must be a positive finite number, not"):
+        Gate(factor=factor, tolerance=tolerance)
+
+
 def test_the_reference_works_out_its_own_scale_from_d():
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 2, 64, 64)).astype(np.float16) for _ in range(3))

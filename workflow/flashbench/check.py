@@ -20,7 +20,7 @@ import math
 import secrets
 from dataclasses import dataclass
 
-from . import NoKernelForShape, attention
+from . import FlashbenchError, NoKernelForShape, attention
 from .config import Shape
 
 
@@ -33,6 +33,12 @@ METRIC_NAMES = {"max_abs_error": "max abs error", "worst_row_rel_error": "worst 
 class Gate:
     factor: float  # times plain fp16's error on the same inputs
     tolerance: float  # cap on the whole-tensor relative error
+
+    def __post_init__(self):
+        for name in ("factor", "tolerance"):  # a NaN bound would fail every output, an infinite one none
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise FlashbenchError(f"the check's {name} must be a positive finite number, not {value}")
 
     def thresholds(self, yardstick: dict, ref_max_abs: float) -> dict:
         floor = attention.FP16_HALF_ULP
