@@ -15,7 +15,8 @@ HAVE_TORCH = importlib.util.find_spec("torch") is not None
 @pytest.mark.skipif(HAVE_TORCH, reason="torch is installed here")
 def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, monkeypatch):
     peer = json.dumps(settings.peers[0].as_dict())
-    check, bench = tmp_path / "check.json", tmp_path / "bench.json"
+    name = settings.peers[0].name  # each record is filed under its kernel's or peer's name
+    check, bench = tmp_path / "check" / f"{name}.json", tmp_path / "bench" / f"{name}.json"
     assert main(["check", "--peer", peer, "--shapes", "[]", "--factor", "2", "--tolerance", "0.005",
                  "--out", str(check)]) == 0
     record = json.loads(check.read_text())

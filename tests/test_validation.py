@@ -118,6 +118,13 @@ def test_summarize_refuses_a_bad_record_naming_its_file_and_key(tmp_path, kind, 
     assert "\n" not in str(raised.value)
 
 
+def test_a_check_that_stopped_at_a_fault_is_summarized_as_failed(tmp_path):
+    paths = records.write(tmp_path, TFLOPS, failing="v12")
+    edit(path_of(paths, "checks", "v12"), lambda r: r.update(shapes=[{**r["shapes"][0], "fatal": True}]))
+    meta = gather(paths)[3]
+    assert next(k for k in meta["kernels"] if k["name"] == "v12")["check_passed"] is False
+
+
 def test_a_record_cut_short_is_one_line_naming_it(tmp_path, capsys):
     paths = records.write(tmp_path, TFLOPS)
     check = path_of(paths, "checks", "v13")

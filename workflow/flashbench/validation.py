@@ -116,7 +116,7 @@ def _check_consistent(r: dict, expected) -> Problem:
 def _check_as_configured(r: dict, expected: Expected) -> Problem:
     if r["gate"] != expected.gate:
         return "gate", f"{r['gate']}, but the configured gate is {expected.gate}"
-    if r.get("skipped"):
+    if not r["passed"]:  # skipped, or failed (perhaps stopped at a fault): never timed, whatever it holds
         return None
     if r["inputs"] != expected.inputs:
         return "inputs", f"{r['inputs']}, but the configured kinds of input are {expected.inputs}"
@@ -126,7 +126,7 @@ def _check_as_configured(r: dict, expected: Expected) -> Problem:
             row = rows.get((*shape.values(), kind))
             if row is None:
                 return "shapes", f"no row for the configured shape {_shape_text(shape)} on {kind} inputs"
-            if r["passed"] and shape == expected.case and row["passed"] is not True:
+            if shape == expected.case and row["passed"] is not True:
                 return "passed", f"true, but the case on {kind} inputs was not checked"
     return None
 
