@@ -72,19 +72,20 @@ def _dims(d: dict) -> dict:
 
 
 def _shape_text(d: dict) -> str:
-    return " ".join(f"{k}={d.get(k)}" for k in "BHSD")
+    return str(Shape(**{k: int(d[k]) for k in "BHSD"}))
 
 
 def timing_disagrees(timing: dict) -> Problem:
     """A timing's TFLOPS and GiB/s must be what its shape and times come to: an edited figure fails
     (a summary row, which keeps fewer times than a record, is held to the ones it keeps)."""
-    shape = Shape(**{d: int(n) for d, n in _dims(timing).items()})
+    shape = Shape(**{k: int(timing[k]) for k in "BHSD"})
     worked_out = {f: attention.tflops(shape, timing[ms] / 1e3) for f, ms in TFLOPS_OF.items() if ms in timing}
     worked_out["gib_per_s"] = attention.gib_per_s(shape, timing["ms_per_step"] / 1e3)
     for figure, value in worked_out.items():
         if not math.isclose(timing[figure], value, rel_tol=AGREEMENT):
             source = TFLOPS_OF.get(figure, "ms_per_step")
-            return figure, f"{timing[figure]} is not what {source} {timing[source]} at {_shape_text(timing)} comes to ({value:.6g})"
+            return figure, (f"{timing[figure]} is not what {source} {timing[source]} at {shape} comes to "
+                            f"({value:.6g})")
     return None
 
 
@@ -212,14 +213,14 @@ def load_json(path: Path | str):
         raise BadRecord(f"{path}: cannot be read ({e})") from None
 
 
-def problem_of(record, kind: str, name: str | None = None, expected: Expected | None = None) -> Problem:
+def problem_of(record, kind: str, name: str, expected: Expected | None = None) -> Problem:
     """What is wrong with `record` of `kind` (None: nothing); `name`: what its file is named after."""
     from . import schemas
 
     spec = KINDS[kind]
     if problem := schemas.first_error(_validator(kind), record):
         return problem
-    if spec.named_after_kernel and name is not None and record["kernel"] != name:
+    if spec.named_after_kernel and record["kernel"] != name:
         return "kernel", f"{record['kernel']!r}, but the file is {name!r}'s"
     checks = spec.consistent
     if expected is not None:
