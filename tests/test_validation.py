@@ -118,11 +118,16 @@ def test_summarize_refuses_a_bad_record_naming_its_file_and_key(tmp_path, kind, 
     assert "\n" not in str(raised.value)
 
 
-def test_a_check_that_stopped_at_a_fault_is_summarized_as_failed(tmp_path):
+def test_a_check_that_stopped_at_a_fault_is_summarized_and_reported_as_failed(tmp_path):
+    from flashbench import report
+
     paths = records.write(tmp_path, TFLOPS, failing="v12")
     edit(path_of(paths, "checks", "v12"), lambda r: r.update(shapes=[{**r["shapes"][0], "fatal": True}]))
-    meta = gather(paths)[3]
+    summary, _, _, meta = gather(paths)
     assert next(k for k in meta["kernels"] if k["name"] == "v12")["check_passed"] is False
+    summary.to_csv(tmp_path / "summary.csv", index=False)
+    write_json(tmp_path / "kernels.json", meta)
+    report.read_summary(tmp_path)  # one row of v12's, on one kind of input: whole as it is
 
 
 def test_a_record_cut_short_is_one_line_naming_it(tmp_path, capsys):
@@ -215,7 +220,8 @@ def test_a_summary_cut_short_is_refused(rendered, keep):
 @pytest.mark.parametrize("lines, message", [
     (10, "v12 has sweep rows at S = [], not at the sweep's S = [512, 1024, 2048]: cut short"),
     (49, "unfused has sweep rows at S = [512, 1024], not at the sweep's S = [512, 1024, 2048]: cut short"),
-    (1, "v11 has no check rows on late_max, normal inputs: cut short"),
+    (1, "v11 has no check rows: cut short"),
+    (9, "v12 has no check rows on late_max inputs: cut short"),
 ])
 def test_a_summary_cut_at_the_end_of_a_line_is_refused(rendered, lines, message):
     out, reports = rendered
