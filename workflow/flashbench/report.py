@@ -11,7 +11,7 @@ from . import FlashbenchError, claims, conclusions, hopper
 from .files import read_json, write_text
 from .profile import TOP_LINES
 from .check import METRICS
-from .summary import SUMMARY_COLUMNS, TIMED, case_rows
+from .summary import DISPATCH, SUMMARY_COLUMNS, TIMED, case_rows
 
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
 HOPPER_FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
@@ -21,6 +21,9 @@ HOPPER_TEMPLATE = "hopper.md.j2"  # beside the chapter's template
 def read_summary(results_dir: Path) -> pd.DataFrame:
     """summary.csv, refused with a clear error where an older pipeline wrote it (another layout)."""
     summary = pd.read_csv(results_dir / "summary.csv")
+    for column in DISPATCH:  # taken since the head-to-head was added; an archive from before has none
+        if column not in summary.columns:
+            summary[column] = None
     missing = [c for c in SUMMARY_COLUMNS if c not in summary.columns]
     if missing:
         raise FlashbenchError(f"{results_dir}/summary.csv was written by an older pipeline (no {', '.join(missing[:3])}"
@@ -269,12 +272,29 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     sweep_figure(summary[summary.series == "sweep"], order, ctx["gpu_name"], meta["case"], report_dir / FIGURES["sweep"])
     stalls_figure(profile, order, report_dir / FIGURES["stalls"])
     write_text(report_dir / "report.md", text)
-    render_hopper(*everything, Path(template).with_name(HOPPER_TEMPLATE), report_dir, slug, ctx["gpu_name"])
+    render_hopper(*everything, Path(template).with_name(HOPPER_TEMPLATE), report_dir, slug, ctx["gpu_name"],
+                  read_paired(results_dir))
     return report_dir / "report.md"
 
 
-def render_hopper(summary, resources, profile, meta, template: Path, report_dir: Path, slug: str, gpu_name: str) -> None:
-    ctx = hopper.context(summary, resources, profile, meta)
+def read_paired(results_dir: Path | str) -> dict:
+    """head_to_head.csv and cycles.csv, where the run made them (an archive of an older pipeline has
+    neither: its report says so)."""
+    from .cycles import COLUMNS as CYCLES_COLUMNS
+    from .headtohead import COLUMNS as HEAD_TO_HEAD_COLUMNS
+
+    tables = {}
+    for name, columns in (("head_to_head", HEAD_TO_HEAD_COLUMNS), ("cycles", CYCLES_COLUMNS)):
+        path = Path(results_dir) / f"{name}.csv"
+        tables[name] = pd.read_csv(path) if path.is_file() else None
+        if tables[name] is not None and (missing := [c for c in columns if c not in tables[name].columns]):
+            raise FlashbenchError(f"{path} lacks the columns {', '.join(missing)}: run the GPU stages on that GPU again")
+    return tables
+
+
+def render_hopper(summary, resources, profile, meta, template: Path, report_dir: Path, slug: str, gpu_name: str,
+                  paired: dict) -> None:
+    ctx = hopper.context(summary, resources, profile, meta, **paired)
     names = set(ctx["order"])
     checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
     rows = [{"name": n, "tflops": hopper.tflops_of(case_rows(summary), n), "published_tflops": None}
