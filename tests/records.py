@@ -39,7 +39,13 @@ PEER_TFLOPS = {"sdpa_auto": 560.0, "unfused": 120.0}
 SWEEP_S = (512, 1024, 2048)
 BENCH = {"steps": 100, "repeats": 10, "warmup": 2, "graph_replays": 5}
 SWEEP = {"S": list(SWEEP_S), "steps": 20, "repeats": 20, "warmup": 3, "graph_replays": 10}
-SETTINGS = {"baseline": "sdpa_auto", "sweep": SWEEP, "profile_note": None}
+HEADLINE = ["v15", "v14"]
+RIVALS = ["sdpa_auto"]
+SETTINGS = {"baseline": "sdpa_auto", "sweep": SWEEP, "profile_note": None, "headline": HEADLINE,
+            "head_to_head": {"rivals": RIVALS, "rounds": 9, "min_timing_ms": 50, "warmup": 10, "energy_rounds": 2,
+                             "energy_window_s": 1.0, "confidence": 0.95, "resamples": 4000, "level_within": 0.01},
+            "cycles": {"launches": 3}, "cycles_note": None}
+CLOCK_HZ = 1.8e9  # the clock the synthetic cycle counts assume
 INPUTS = ["normal", "late_max"]
 GATE = {"factor": 2.0, "tolerance": 5e-3}
 EXPECTED = Expected(case=CASE, check_shapes=[CASE, EXTRA], inputs=INPUTS, gate=GATE, bench=BENCH, sweep=SWEEP,
@@ -191,11 +197,65 @@ def edit(path, change) -> None:
     write_json(path, record)
 
 
+def seconds(shape: dict, tflops: float) -> float:
+    return 4 * shape["B"] * shape["H"] * shape["S"] ** 2 * shape["D"] / (tflops * 1e12)
+
+
+def head_to_head_record(shape: dict, tflops: dict, seed: int) -> dict:
+    """A point of the head-to-head: each contestant at `tflops` (by graph; back to back 2% slower),
+    with 0.5% noise per round, at 650 W."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    contestants = {}
+    for name, t in tflops.items():
+        graph = seconds(shape, t)
+        rounds = [{"step_s": graph * 1.02 * (1 + 0.005 * a), "graph_s": graph * (1 + 0.005 * b),
+                   "issue_s": graph / 10, "dispatch_bound": False,
+                   "clocks": {"step": clocks(), "graph": clocks()}} for a, b in rng.standard_normal((9, 2))]
+        contestants[name] = {"identity": {}, "calls_per_timing": 100, "rounds": rounds,
+                             "energy": [{"calls": 1000, "seconds": 1.0, "joules": 1000 * graph * 650.0, "watts": 650.0}]}
+    return {**shape, "is_case": shape == CASE, "order": list(tflops), "contestants": contestants, "excluded": {},
+            "provenance": provenance("head_to_head")}
+
+
+def cycles_record(name: str, shapes: list[dict], tflops: float) -> dict:
+    """Cycle counts of `name` at `shapes`, as if it ran at `tflops` at CLOCK_HZ (three launches, 0.2% apart)."""
+    points = []
+    for shape in shapes:
+        n = seconds(shape, tflops) * CLOCK_HZ
+        launches = [{"cycles": n * f, "duration_us": n * f / CLOCK_HZ * 1e6, "tensor_pipe_pct": 70.0,
+                     "sm_clock_mhz": CLOCK_HZ / 1e6, "kernels": ["flash_attention_forward"]} for f in (0.998, 1.0, 1.002)]
+        points.append({**shape, "launches": launches, "cycles": n, "duration_us": n / CLOCK_HZ * 1e6,
+                       "tensor_pipe_pct": 70.0, "sm_clock_mhz": CLOCK_HZ / 1e6})
+    return {"kernel": name, "counted": True, "reason": None, "sm_count": 132, "points": points, "ncu": "Version 2025.3",
+            "provenance": provenance(name)}
+
+
+def paired_tables(kernels, tflops: dict, paired: dict | None):
+    """head_to_head.csv and cycles.csv of a run whose headline versions and rivals ran at `paired`
+    ({name: TFLOPS} at every point), every other kernel and peer at `tflops` at the case only."""
+    from flashbench import cycles, headtohead
+
+    shapes = [CASE, *({**CASE, "S": S} for S in SWEEP_S if S != CASE["S"])]
+    contestants = paired or {}
+    points = [head_to_head_record(shape, contestants, seed) for seed, shape in enumerate(shapes)] if paired else []
+    every = {**PEER_TFLOPS, **tflops}
+    counts = [cycles_record(k["name"], shapes if k["name"] in contestants else [CASE],
+                            contestants.get(k["name"], every.get(k["name"], 100.0)))
+              for k in kernels + PEERS]
+    return headtohead.table(points, SETTINGS), cycles.table(counts, kernels + PEERS, CASE)
+
+
 def results_folder(tmp, tflops: dict, failing: str | None = None, skipped: str | None = None,
-                   slug: str = "nvidia-h200", kernels=KERNELS):
-    """What summarize makes of `write`'s records: tmp/results/<slug>/ with its tables, as archived."""
+                   slug: str = "nvidia-h200", kernels=KERNELS, paired: dict | None = None):
+    """What summarize makes of `write`'s records: tmp/results/<slug>/ with its tables, as archived;
+    `paired`: the head-to-head's contestants at their TFLOPS (none: no head-to-head in the run)."""
     summary, resources, profile, meta = gather(write(tmp, tflops, failing, skipped, kernels), kernels)
     out = tmp / "results" / slug
+    head_to_head, cycle_counts = paired_tables(kernels, tflops, paired)
+    write_text(out / "head_to_head.csv", head_to_head.to_csv(index=False))
+    write_text(out / "cycles.csv", cycle_counts.to_csv(index=False))
     write_text(out / "summary.csv", summary.to_csv(index=False))
     write_text(out / "resources.csv", resources.to_csv(index=False))
     write_text(out / "profile.csv", profile.to_csv(index=False))

@@ -4,10 +4,12 @@ import json
 
 import pytest
 
-from flashbench import gpu
+from flashbench import config, gpu, peers
 from flashbench.check import Gate, check_kernel
 from flashbench.cli import main
 from flashbench.config import Shape
+
+from conftest import ROOT
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -28,15 +30,30 @@ def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, mon
                                              "reason": "skipped: torch is not installed"}
 
 
+def test_flashattention_is_skipped_with_its_reason_where_its_package_is_missing(settings, monkeypatch):
+    flash_attn_cute = next(p for p in settings.peers if p.backend == peers.FLASH_ATTN_CUTE)
+    sdpa = next(p for p in settings.peers if p.backend == "auto")
+    installed = {"torch"}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name in installed else None)
+    with pytest.raises(peers.PeerUnavailable, match="flash-attn-4 .* is not installed"):
+        peers.require(flash_attn_cute)
+    peers.require(sdpa)  # torch alone is enough for SDPA
+    installed.clear()
+    for peer in (flash_attn_cute, sdpa):
+        with pytest.raises(peers.PeerUnavailable, match="torch is not installed"):
+            peers.require(peer)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
-@pytest.mark.parametrize("index", range(5))
-def test_each_peer_matches_the_fp32_reference(settings, index):
-    from flashbench.peers import TorchPeer
-
+@pytest.mark.parametrize("name", [p.name for p in config.load(ROOT / "config.yaml").peers])
+def test_each_peer_matches_the_fp32_reference(settings, name):
+    peer = next(p for p in settings.peers if p.name == name)
+    if peer.backend == peers.FLASH_ATTN_CUTE and importlib.util.find_spec("flash_attn") is None:
+        pytest.skip("flash-attn-4 is not installed")
     gpu.require()
-    peer = TorchPeer(settings.peers[index])
-    result = check_kernel(peer, [Shape(1, 4, 1024, 128), Shape(2, 3, 384, 128)],
+    impl = peers.make(peer)
+    result = check_kernel(impl, [Shape(1, 4, 1024, 128), Shape(2, 3, 384, 128)],
                           Gate(settings.check_factor, settings.tolerance), progress=lambda m: None)
     assert result["passed"], result["reason"]
-    assert peer.identity["backend"] == settings.peers[index].backend
+    assert impl.identity["backend"] == peer.backend

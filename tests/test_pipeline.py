@@ -59,10 +59,15 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     proc = snakemake(checkout, "-n", *H200, env=with_ncu)
     assert proc.returncode == 0, proc.stderr
     n, peers = len(settings.kernels), len(settings.peers)
+    points = len(settings.headline_shapes())
     assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "all_built": 1, "check_kernel": n,
                                        "bench_kernel": n, "sweep_kernel": n, "profile_kernel": n, "check_peer": peers,
-                                       "bench_peer": peers, "sweep_peer": peers, "summarize": 1, "render_report": 1,
+                                       "bench_peer": peers, "sweep_peer": peers, "head_to_head_point": points,
+                                       "cycles_kernel": n, "cycles_peer": peers, "summarize": 1, "render_report": 1,
                                        "compare_gpus": 1, "report": 1}
+    for point in ("S1024", "S512", "S16384"):  # the case, then every other swept length
+        assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
+    assert "results/nvidia-h200/cycles/flash_attn_cute.json" in proc.stdout
     for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
         assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
         assert f"results/nvidia-h200/sweep/{name}.json" in proc.stdout
@@ -189,7 +194,9 @@ def test_snakemakes_html_report_holds_every_report_figure_and_table(reported):
     per_gpu = {slug: {"report": [f"reports/{slug}/hopper.md", f"reports/{slug}/report.md"],
                       "figures": [f"reports/{slug}/{name}.png" for name in
                                   ("hopper_sweep", "hopper_tflops", "stalls", "sweep", "tflops")],
-                      "tables": [f"results/{slug}/{name}.csv" for name in ("profile", "resources", "summary")]}
+                      "tables": [f"results/{slug}/{name}.csv" for name in
+                                 ("cycles", "head_to_head", "profile", "resources", "summary")
+                                 if (ROOT / "results" / slug / f"{name}.csv").exists()]}
                for slug in ARCHIVED}
     assert categories == {**per_gpu, "all GPUs": {"report": ["reports/README.md"], "figures": ["reports/compare.png"]}}
     # each file as archived (the TFLOPS of summary.csv and README.md with it), captioned
@@ -262,7 +269,7 @@ def test_an_ablation_is_timed_again_on_request(measured_checkout):
     assert job_counts(proc.stdout) == {"bench_kernel": 1, "summarize": 1, "render_report": 1, "ablation_br128": 1}
 
 
-GPU_TARGETS = ["check", "bench", "sweep", "profile", "ablation_br128", "ablation_hybrid_smem"]
+GPU_TARGETS = ["check", "bench", "sweep", "profile", "head_to_head", "cycles", "ablation_br128", "ablation_hybrid_smem"]
 
 
 @NO_GPU
@@ -327,7 +334,8 @@ def test_without_a_sweep_in_config_the_rest_still_runs(checkout):
 
 
 SLURM_PROFILE = ROOT / "workflow" / "profiles" / "slurm" / "config.yaml"
-GPU_RULES = {"check_kernel", "check_peer", "bench_kernel", "bench_peer", "sweep_kernel", "sweep_peer", "profile_kernel"}
+GPU_RULES = {"check_kernel", "check_peer", "bench_kernel", "bench_peer", "sweep_kernel", "sweep_peer", "profile_kernel",
+             "head_to_head_point", "cycles_kernel", "cycles_peer"}
 
 
 def job_resources(stdout: str) -> dict:

@@ -1,5 +1,6 @@
 """summarize + render from synthetic records (tests/records.py), no GPU."""
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -253,7 +254,8 @@ def test_a_subset_of_the_chapter_leaves_the_rest_unmeasured(tmp_path):
 
 def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp_path, g3_report):
     alone = g3_report
-    out = results_folder(tmp_path / "b", {**G3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER)
+    out = results_folder(tmp_path / "b", {**G3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER,
+                         paired={"v15": 590.0, "v14": 436.0, "sdpa_auto": 560.0})
     both = report.render(out, tmp_path / "b" / "reports", TEMPLATE, "nvidia-h200")
     assert both.read_text() == alone.read_text()  # the chapter's report does not see the line
     for figure in ("tflops.png", "sweep.png", "stalls.png"):
@@ -261,15 +263,23 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     text = (tmp_path / "b" / "reports" / "hopper.md").read_text()
     assert "| v14 | TMA + wgmma | **436.0** |" in text and "+98.2% on v13" in text  # 436 / 220
     assert "| v15 | warp specialisation | **590.0** |" in text and "+35.3% on v14" in text
-    # the goal: v15 against SDPA auto (560 at the case), the only rival in these records
-    assert "Best version: **v15**" in text and "| case | 590.0 | 560.0 | 1.05 |" in text
+    # the goal, head to head: v15 against SDPA auto (590 / 560 by graph at every point), the only rival here
+    assert re.search(r"\| case \| sdpa_auto \| \*\*1\.0[56]\*\* \| \[1\.0\d, 1\.0\d\] \| ahead \|", text)
     assert "**Goal reached**" in text
+    assert "- **sdpa_auto**: ahead at case, S=512, S=2048." in text and "- **v14**: " not in text
+    assert re.search(r"\| case \| v14 \| graph \| 1\.3[56] \|", text)  # v15 against its predecessor, 590 / 436
+    assert "| v15 | 104.8k |" in text  # cycles at the case: 34.36 GFLOP at 590 TFLOPS and 1.8 GHz
     assert (tmp_path / "b" / "reports" / "hopper_sweep.png").stat().st_size > 1000
-    slow = results_folder(tmp_path / "c", {**G3, "v14": 436.0, "v15": 500.0}, kernels=records.KERNELS + records.HOPPER)
     from flashbench import hopper
 
-    goal = hopper.context(*report.load(slow))["goal"]
-    assert goal["best"] == "v15" and not goal["reached"] and goal["worst_ratio"] == pytest.approx(500 / 560)
+    slow = results_folder(tmp_path / "c", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER,
+                          paired={"v15": 550.0, "v14": 436.0, "sdpa_auto": 560.0})
+    goal = hopper.context(*report.load(slow), **report.read_paired(slow))["paired"]
+    assert goal["best"] == "v15" and goal["complete"] and not goal["reached"]
+    assert "sdpa_auto at case (graph)" in goal["behind"]
+    none = results_folder(tmp_path / "d", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER)
+    report.render(none, tmp_path / "d" / "reports", TEMPLATE, "nvidia-h200")
+    assert "the goal is not judged" in (tmp_path / "d" / "reports" / "hopper.md").read_text()
 
 
 def test_an_archive_from_an_older_pipeline_is_refused_with_one_clear_error(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import FlashbenchError
 from .config import Shape
-from .files import sha256, write_json, write_text
+from .files import read_json, sha256, write_json, write_text
 from .validation import Expected, read_record
 
 
@@ -70,24 +70,29 @@ def _gpu_held(what: str):
 
 
 def _kernel(a):
-    """The implementation a check / bench / sweep / profile runs: a compiled kernel or a PyTorch peer."""
+    """The implementation a check / bench / sweep / profile runs: a compiled kernel or a peer."""
+    return _implementation(a.peer, a.cubin, a.record)
+
+
+def _implementation(peer: str | None, cubin: str | None, record_path: str | None):
+    """A peer (its config entry as JSON), or the kernel `cubin` its compile record describes."""
     from .compile import runs_on
     from .launch import AttentionKernel
 
-    if a.peer:
+    if peer:
+        from . import peers
         from .config import Peer
-        from .peers import TorchPeer
 
-        return TorchPeer(Peer(**json.loads(a.peer)))
+        return peers.make(Peer(**json.loads(peer)))
     import cupy as cp
 
-    record = read_record(a.record, "compile")
+    record = read_record(record_path, "compile")
     here = "sm_" + cp.cuda.Device().compute_capability
     if not runs_on(record["arch"], here):
-        raise FlashbenchError(f"{a.cubin} is built for {record['arch']} but the GPU it would run on is {here}")
-    if sha256(a.cubin) != record["cubin_sha256"]:
-        raise FlashbenchError(f"{a.cubin} is not the cubin its compile record describes: recompile it")
-    return AttentionKernel(a.cubin, record)
+        raise FlashbenchError(f"{cubin} is built for {record['arch']} but the GPU it would run on is {here}")
+    if sha256(cubin) != record["cubin_sha256"]:
+        raise FlashbenchError(f"{cubin} is not the cubin its compile record describes: recompile it")
+    return AttentionKernel(cubin, record)
 
 
 def _name(a) -> str:
@@ -97,22 +102,29 @@ def _name(a) -> str:
 def cmd_check(a) -> None:
     from . import gpu
     from .check import Gate, check_kernel
-    from .peers import PeerUnavailable, require_torch
+    from .config import Peer
+    from .peers import PeerUnavailable, require
 
     gate = Gate(factor=a.factor, tolerance=a.tolerance)
+
+    def skipped(reason) -> None:  # no torch, another GPU's kernel, no library kernel here: the run goes on
+        name = _name(a)
+        write_json(a.out, {"kernel": name, "gate": asdict(gate), "passed": False, "skipped": str(reason),
+                           "reason": f"skipped: {reason}", "shapes": []})
+        print(f"{name}: skipped, {reason}")
+
     try:
         if a.peer:
-            require_torch()
+            require(Peer(**json.loads(a.peer)))
         else:
             _runnable_here(a.record)
-    except (PeerUnavailable, NotRunnableHere) as e:  # no torch, or another GPU's kernel: skipped, the run goes on
-        name = _name(a)
-        write_json(a.out, {"kernel": name, "gate": asdict(gate), "passed": False, "skipped": str(e),
-                           "reason": f"skipped: {e}", "shapes": []})
-        print(f"{name}: skipped, {e}")
-        return
+    except (PeerUnavailable, NotRunnableHere) as e:
+        return skipped(e)
     with _gpu_held(f"check {_name(a)}"):
-        kernel = _kernel(a)
+        try:
+            kernel = _kernel(a)
+        except PeerUnavailable as e:  # the library imports, but has no kernel for this GPU
+            return skipped(e)
         shapes = [Shape(**s) for s in json.loads(a.shapes)]
         result = check_kernel(kernel, shapes, gate, kinds=a.inputs.split(","),
                               smallest=tuple(json.loads(a.smallest)) if a.smallest else None, progress=_progress)
@@ -223,16 +235,98 @@ def cmd_profile(a) -> None:
                                                                           "achieved_occupancy_pct")))
 
 
+def cmd_head_to_head(a) -> None:
+    """The headline versions and the rivals at one shape, paired in this process (headtohead.py).
+    A contestant that did not pass its check is left out, and the record says why."""
+    import secrets
+
+    from . import gpu
+    from .clocks import ClockSampler, EnergyCounter
+    from .headtohead import measure
+
+    shape, entries = Shape(**json.loads(a.shape)), json.loads(a.contestants)
+    excluded, admitted = {}, []
+    for entry in entries:
+        check = read_record(entry["check"], "check")
+        if check["passed"]:
+            admitted.append((entry, check))
+        else:
+            excluded[check["kernel"]] = check["reason"] if check.get("skipped") else f"failed its check: {check['reason']}"
+    with _gpu_held(f"head-to-head {shape}"):
+        import cupy as cp
+
+        impls = []
+        for entry, check in admitted:
+            impl = _implementation(entry.get("peer"), entry.get("cubin"), entry.get("record"))
+            _same_as_checked(impl.name, impl.identity, check)
+            impls.append(impl)
+        bus_id = cp.cuda.Device().pci_bus_id
+        with ClockSampler(bus_id) as sampler:
+            record = measure(impls, shape, json.loads(a.settings), secrets.randbits(32), sampler,
+                             EnergyCounter.open(bus_id), progress=_progress) if impls else None
+        write_json(a.out, {**(record or {**shape.as_dict(), "order": [], "contestants": {}}),
+                           "is_case": shape.as_dict() == json.loads(a.case), "excluded": excluded,
+                           "provenance": gpu.provenance()})
+    print(f"head-to-head at {shape}: {len(impls)} contestants" + (f", {len(excluded)} left out" if excluded else ""))
+
+
+def cmd_cycles(a) -> None:
+    """Nsight Compute's cycle count of a kernel or peer that passed its check (cycles.py). Only the
+    driver ncu runs touches the GPU: it says what it ran, which must be what passed the check."""
+    import tempfile
+
+    from . import gpu
+    from .cycles import count
+
+    check = read_record(a.check, "check")
+    if _refused(check, a.out, "counted"):
+        return
+    shapes = [Shape(**s) for s in json.loads(a.shapes)]
+    with _gpu_held(f"cycles {check['kernel']}"), tempfile.TemporaryDirectory() as tmp:
+        identity_file = Path(tmp) / "identity.json"
+        target = (["--peer", a.peer] if a.peer else ["--cubin", a.cubin, "--record", a.record]) + \
+            ["--identity-out", str(identity_file)]
+        readings = count(a.ncu, target, shapes, a.launches, progress=_progress)
+        identity = read_json(identity_file)
+        _same_as_checked(check["kernel"], identity, check)
+        provenance = gpu.provenance()
+    write_json(a.out, {"kernel": check["kernel"], "counted": True, "reason": None, **identity,
+                       "sm_count": provenance["sm_count"], **readings, "provenance": provenance})
+    print(f"{check['kernel']}: " + ", ".join(f"S={p['S']} {p['cycles'] / 1e3:.1f}k cycles" for p in readings["points"]))
+
+
+def cmd_launch_marked(a) -> None:
+    """What ncu counts cycles of (cycles.launch_marked); --identity-out: where to say what ran."""
+    from .cycles import launch_marked
+
+    with _gpu_held(f"launch-marked {_name(a)}"):  # under `cycles`, its parent holds the GPU already
+        impl = _kernel(a)
+        if a.identity_out:
+            write_json(a.identity_out, impl.identity)
+        launch_marked(impl, [Shape(**s) for s in json.loads(a.shapes)], a.launches)
+
+
 def cmd_summarize(a) -> None:
     from .summary import summarize
 
-    summary, resources, profiles, meta = summarize(json.loads(a.kernels), a.checks, a.benches, a.compiled, a.gpu_arch,
-                                                   json.loads(a.case), a.sweeps, a.profiles, json.loads(a.settings),
-                                                   expected=Expected.from_json(a.expected))
+    from . import cycles, headtohead
+    from .summary import belong_together, builds_run_here
+
+    kernels, case, settings = json.loads(a.kernels), json.loads(a.case), json.loads(a.settings)
+    summary, resources, profiles, meta = summarize(kernels, a.checks, a.benches, a.compiled, a.gpu_arch, case,
+                                                   a.sweeps, a.profiles, settings, expected=Expected.from_json(a.expected))
+    points = [read_json(p) for p in a.head_to_heads]
+    counts = [read_json(p) for p in a.cycles]
+    compiled = [read_json(p) for p in a.compiled]
+    # one GPU and the cubins built now, as for the records summarize read: each point's contestants too
+    belong_together(compiled, builds_run_here(compiled, a.gpu_arch), check={r["kernel"]: r for r in map(read_json, a.checks)},
+                    cycles={r["kernel"]: r for r in counts},
+                    **{f"head_to_head/S{p['S']}": headtohead.as_records(p) for p in points})
+    tables = {"summary": summary, "resources": resources, "profile": profiles,
+              "head_to_head": headtohead.table(points, settings), "cycles": cycles.table(counts, kernels, case)}
     out = Path(a.out_dir)
-    write_text(out / "summary.csv", summary.to_csv(index=False))
-    write_text(out / "resources.csv", resources.to_csv(index=False))
-    write_text(out / "profile.csv", profiles.to_csv(index=False))
+    for name, table in tables.items():
+        write_text(out / f"{name}.csv", table.to_csv(index=False))
     write_json(out / "kernels.json", meta)
     print(f"summary of {len(meta['kernels'])} kernels written to {out}")
 
@@ -314,6 +408,31 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_profile)
 
+    s = sub.add_parser("head-to-head", help="the headline versions against the rivals at one shape, paired")
+    s.add_argument("--contestants", required=True,
+                   help="JSON list of {check, and cubin + record (a kernel) or peer (its config entry as JSON)}")
+    s.add_argument("--shape", required=True, help="JSON {B, H, S, D}")
+    s.add_argument("--case", required=True, help="JSON {B, H, S, D} of the case")
+    s.add_argument("--settings", required=True, help="JSON: config's head_to_head")
+    s.add_argument("--out", required=True)
+    s.set_defaults(run=cmd_head_to_head)
+
+    for name, fn, helptext in (("cycles", cmd_cycles, "Nsight Compute's cycle counts of a kernel or peer that passed its check"),
+                               ("launch-marked", cmd_launch_marked, "calls between marker kernels (what cycles profiles)")):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("--cubin", help="a kernel: its cubin")
+        s.add_argument("--record", help="a kernel: its compile record")
+        s.add_argument("--peer", help="a peer instead: its config entry as JSON")
+        s.add_argument("--shapes", required=True, help="JSON list of {B, H, S, D}")
+        s.add_argument("--launches", type=int, required=True)
+        s.set_defaults(run=fn)
+        if name == "cycles":
+            s.add_argument("--ncu", required=True, help="the ncu executable")
+            s.add_argument("--check", required=True, help="its check record")
+            s.add_argument("--out", required=True)
+        else:
+            s.add_argument("--identity-out", help="write what ran (cubin hash, library versions) here")
+
     s = sub.add_parser("summarize", help="gather one GPU's records into summary.csv, resources.csv, kernels.json")
     s.add_argument("--kernels", required=True, help="JSON list of the kernels' config entries, in table order")
     s.add_argument("--checks", nargs="+", required=True)
@@ -321,6 +440,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--compiled", nargs="+", required=True)
     s.add_argument("--sweeps", nargs="*", default=[])
     s.add_argument("--profiles", nargs="*", default=[])
+    s.add_argument("--head-to-heads", nargs="*", default=[])
+    s.add_argument("--cycles", nargs="*", default=[])
     s.add_argument("--gpu-arch", required=True)
     s.add_argument("--case", required=True)
     s.add_argument("--settings", default="{}", help="JSON: baseline, sweep settings, profile note")
@@ -356,7 +477,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    if args.command in ("check", "bench", "sweep") and not (args.peer or (args.cubin and args.record)):
+    if args.command in ("check", "bench", "sweep", "cycles", "launch-marked") and not (args.peer or (args.cubin and args.record)):
         p.error(f"{args.command} needs --cubin and --record (a kernel) or --peer (a PyTorch peer)")
     try:
         args.run(args)

@@ -77,6 +77,32 @@ def summarize(samples: list[dict]) -> dict:
             "throttled": bool(reasons), "throttle_reasons": reasons}
 
 
+class EnergyCounter:
+    """NVML's total energy counter of the GPU at `bus_id` (millijoules since the driver loaded), read
+    in this process: it moves in steps, so it is read over windows of a second or more."""
+
+    def __init__(self, bus_id: str):
+        import pynvml
+
+        self._pynvml = pynvml
+        pynvml.nvmlInit()
+        self._handle = _nvml_device(pynvml, bus_id)
+        self.joules()  # raises where the GPU has no energy counter
+
+    @classmethod
+    def open(cls, bus_id: str) -> "EnergyCounter | None":
+        """The counter, or None where NVML has none for this GPU."""
+        import pynvml
+
+        try:
+            return cls(bus_id)
+        except pynvml.NVMLError_NotSupported:
+            return None
+
+    def joules(self) -> float:
+        return self._pynvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000.0
+
+
 class ClockSampler:
     """Samples the GPU at `bus_id` from construction to close(); window(t0, t1) summarises a timing."""
 
@@ -109,16 +135,23 @@ class ClockSampler:
     def window(self, t0: float, t1: float) -> dict:
         """Readings between t0 and t1 (time.time()); a window shorter than the interval gets the
         reading just before it and the one just after."""
-        time.sleep(self.interval_s * 1.5)  # let the reading that closes the window land
+        return self.windows([(t0, t1)])[0]
+
+    def windows(self, spans: list[tuple[float, float]]) -> list[dict]:
+        """`window` of each (t0, t1) in `spans`, all read once, after the last has closed."""
+        time.sleep(self.interval_s * 1.5)  # let the reading that closes the last window land
         if self._proc.poll() is not None:  # its last readings would pass for this timing's
             raise FlashbenchError(f"the NVML clock sampler stopped during the timing: {self._last_error()}")
         every = self.samples()
-        inside = [s for s in every if t0 <= s["t"] <= t1]
-        if not inside:
-            before = [s for s in every if s["t"] < t0][-1:]
-            after = [s for s in every if s["t"] > t1][:1]
-            inside = before + after
-        return summarize(inside)
+        out = []
+        for t0, t1 in spans:
+            inside = [s for s in every if t0 <= s["t"] <= t1]
+            if not inside:
+                before = [s for s in every if s["t"] < t0][-1:]
+                after = [s for s in every if s["t"] > t1][:1]
+                inside = before + after
+            out.append(summarize(inside))
+        return out
 
     def close(self) -> None:
         self._proc.stdin.close()  # the sampler's signal to stop

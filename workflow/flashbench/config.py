@@ -73,11 +73,19 @@ class Settings:
     baseline: str | None = None
     sweep: dict | None = None
     ncu: str | bool | None = None
+    headline: list[str] = field(default_factory=list)  # the Hopper line's best versions, best first
+    head_to_head: dict | None = None
+    cycles: dict | None = None
 
     def sweep_shapes(self) -> list[Shape]:
         if not self.sweep:
             return []
         return [Shape(B=self.case.B, H=self.case.H, S=S, D=self.case.D) for S in self.sweep["S"]]
+
+    def headline_shapes(self) -> list[Shape]:
+        """Where the head-to-head runs and the headline's cycles are counted: the case, then every swept
+        length other than the case's."""
+        return list(dict.fromkeys([self.case, *self.sweep_shapes()]))
 
     def kernel(self, name: str) -> Kernel:
         for kernel in self.kernels:
@@ -125,6 +133,18 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
     if baseline is not None and baseline not in {p.name for p in peers}:
         raise ConfigError(f"config key 'baseline': {baseline!r} is not one of the peers")
 
+    headline = list(config.get("headline", []))
+    for i, name in enumerate(headline):
+        if name not in config["versions"]:
+            raise ConfigError(f"config key 'headline[{i}]': {name!r} is not one of the versions run")
+    head_to_head = config.get("head_to_head")
+    if head_to_head:
+        if not headline:
+            raise ConfigError("config key 'head_to_head': needs the versions it compares (config key 'headline')")
+        for i, name in enumerate(head_to_head["rivals"]):
+            if name not in {p.name for p in peers}:
+                raise ConfigError(f"config key 'head_to_head.rivals[{i}]': {name!r} is not one of the peers")
+
     ncu = config.get("ncu")
     if isinstance(ncu, str) and ncu.lower() in ("false", "true", "null", "none"):
         raise ConfigError(f"config key 'ncu': {ncu!r} is a string; write false in config.yaml, ncu=False on the "
@@ -159,6 +179,9 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
         baseline=baseline,
         sweep=dict(config["sweep"]) if config.get("sweep") else None,
         ncu=config.get("ncu"),
+        headline=headline,
+        head_to_head=dict(head_to_head) if head_to_head else None,
+        cycles=dict(config["cycles"]) if config.get("cycles") else None,
     )
 
 

@@ -1,8 +1,17 @@
-"""PyTorch peers: the same check and timing as the kernels, on the same CuPy inputs (no copies).
+"""Peers: the same check and timing as the kernels, on the same CuPy inputs.
 
-torch is optional: without it every peer is skipped (PeerUnavailable) and the report says so.
+PyTorch's own attention (SDPA with automatic dispatch or held to one backend, and the unfused form)
+runs on the CuPy arrays themselves (shared through DLPack, no copies). FlashAttention's own forward
+in CuTe DSL (the flash-attn-4 package, `flash_attn.cute`) takes [B, S, H, D]: it gets a copy of the
+same values in that layout, made with the inputs (before any timing), and its output is compared
+after transposing back.
+
+Both need torch, and FlashAttention's peer its package too: where either is missing, or the library
+has no kernel for the GPU, the peer is skipped (PeerUnavailable) and the report says why.
 """
 from __future__ import annotations
+
+import importlib.util
 
 from . import FlashbenchError, NoKernelForShape, attention
 from .config import Peer, Shape
@@ -10,35 +19,105 @@ from .config import Peer, Shape
 # What torch says when SDPA, held to a backend, has no kernel for the inputs: the one error that
 # makes a point skipped rather than the stage failed.
 NO_KERNEL = "No available kernel"
+FLASH_ATTN_CUTE = "flash_attn_cute"
+# FlashAttention's CuTe DSL forward has a path per major compute capability (flash_attn.cute.interface)
+FLASH_ATTN_CUTE_PATHS = {8: "sm80 (Ampere)", 9: "sm90 (Hopper)", 10: "sm100 (Blackwell)", 11: "sm100 (Blackwell)",
+                         12: "sm120 (Blackwell GeForce)"}
 
 
 class PeerUnavailable(FlashbenchError):
-    """The peer cannot run here at all (no torch): skipped, not failed."""
+    """The peer cannot run here at all (no torch, no FlashAttention, no kernel for this GPU): skipped."""
 
 
-def require_torch() -> None:
-    """Raise PeerUnavailable where torch is not installed (asked before the GPU is taken)."""
-    import importlib.util
-
+def require(peer: Peer) -> None:
+    """Raise PeerUnavailable where a package the peer needs is not installed (asked before the GPU
+    is taken; whether the library has a kernel for the GPU is asked when the peer is made)."""
     if importlib.util.find_spec("torch") is None:
         raise PeerUnavailable("torch is not installed")
+    if peer.backend == FLASH_ATTN_CUTE and importlib.util.find_spec("flash_attn") is None:
+        raise PeerUnavailable("flash-attn-4 (FlashAttention's CuTe DSL kernels, flash_attn.cute) is not installed")
 
 
-class TorchPeer:
+def make(peer: Peer):
+    """The implementation of a configured peer."""
+    return FlashAttnCutePeer(peer) if peer.backend == FLASH_ATTN_CUTE else TorchPeer(peer)
+
+
+class _TorchBacked:
+    """What every peer shares: torch on CuPy's stream, CuPy inputs, torch's CUDA-graph capture."""
+
     skips_unsupported = True  # above its max_seq_len a peer is not run, and says why
 
     def __init__(self, peer: Peer):
-        try:
-            import torch
-            import torch.nn.functional as F
-        except ImportError:
-            raise PeerUnavailable("torch is not installed") from None
+        require(peer)
         import cupy as cp
+        import torch
 
         self.cp, self.torch, self.peer, self.name = cp, torch, peer, peer.name
         if torch.cuda.current_stream().cuda_stream != cp.cuda.get_current_stream().ptr:
             raise FlashbenchError("torch and CuPy are on different CUDA streams: the events would not time torch")
-        self._tensors = {}  # CuPy array pointer -> the torch tensor over the same memory
+        self._tensors = {}  # CuPy array pointer -> the torch tensor the peer is given for it
+
+    def supports(self, shape: Shape) -> str | None:
+        if self.peer.max_seq_len and shape.S > self.peer.max_seq_len:
+            return f"S={shape.S} is above {self.name}'s max_seq_len ({self.peer.max_seq_len})"
+        return None
+
+    def inputs(self, shape: Shape, rng, kind: str = "normal") -> tuple:
+        """CuPy [B, H, S, D] inputs, and the tensors the library is given for them, made now."""
+        self._tensors.clear()
+        q, k, v, o = attention.random_inputs(self.cp, shape, rng, kind)
+        for array in (q, k, v):
+            self._tensor(array)
+        return q, k, v, o
+
+    def _tensor(self, array):
+        t = self._tensors.get(array.data.ptr)
+        if t is None:
+            t = self._tensors[array.data.ptr] = self._as_input(self.torch.from_dlpack(array))
+        return t
+
+    def _as_input(self, tensor):
+        """The tensor the library takes for a [B, H, S, D] input (the same memory, for torch's own)."""
+        return tensor
+
+    def __call__(self, q, k, v, o):
+        """Attention of q, k, v; returns the library's own output as [B, H, S, D] (o is left alone:
+        the library allocates). Only "no kernel for these inputs" is a skip; any other error (out of
+        memory, a CUDA error) stops the stage with the library's message."""
+        try:
+            return self._attend(self._tensor(q), self._tensor(k), self._tensor(v))
+        except RuntimeError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if NO_KERNEL in str(e):
+                raise NoKernelForShape(f"torch has no {self.peer.backend} kernel for these inputs: {first}") from None
+            raise FlashbenchError(f"{self.name} failed: {first}") from None
+
+    def capture(self, q, k, v, o, calls: int):
+        """`calls` calls captured once into a CUDA graph (torch's own capture, which keeps its
+        allocator right); returns what replays it on the current stream."""
+        torch = self.torch
+        args = [self._tensor(a) for a in (q, k, v)]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the default stream, as capture asks
+            self(q, k, v, o)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                self._attend(*args)
+        return graph.replay
+
+
+class TorchPeer(_TorchBacked):
+    """torch's SDPA (automatic dispatch or one backend) or the unfused softmax(QK^T / sqrt(D)) V."""
+
+    def __init__(self, peer: Peer):
+        super().__init__(peer)
+        torch = self.torch
+        import torch.nn.functional as F
+
         if peer.backend == "unfused":
             self._attend = lambda q, k, v: torch.softmax(
                 (q @ k.transpose(-2, -1)) * attention.softmax_scale(q.shape[-1]), dim=-1) @ v
@@ -58,45 +137,41 @@ class TorchPeer:
         torch = self.torch
         return {"torch": torch.__version__, "cudnn": str(torch.backends.cudnn.version()), "backend": self.peer.backend}
 
-    def supports(self, shape: Shape) -> str | None:
-        if self.peer.max_seq_len and shape.S > self.peer.max_seq_len:
-            return f"S={shape.S} is above {self.name}'s max_seq_len ({self.peer.max_seq_len})"
-        return None
 
-    def inputs(self, shape: Shape, rng, kind: str = "normal") -> tuple:
-        self._tensors.clear()
-        return attention.random_inputs(self.cp, shape, rng, kind)
+class FlashAttnCutePeer(_TorchBacked):
+    """FlashAttention's forward through its public interface, flash_attn.cute.flash_attn_func, on
+    [B, S, H, D] copies of the inputs. Its first call at a shape compiles the kernel (CuTe DSL's
+    JIT, about 2 s): every stage makes that call untimed (check, warm-up). Its output comes from
+    torch's caching allocator, which hands back the same block every call once the first has
+    allocated it."""
 
-    def _tensor(self, array):
-        t = self._tensors.get(array.data.ptr)
-        if t is None:
-            t = self._tensors[array.data.ptr] = self.torch.from_dlpack(array)
-        return t
-
-    def __call__(self, q, k, v, o):
-        """Attention of q, k, v; returns torch's own output (o is left alone: torch allocates). Only
-        "no kernel for these inputs" is a skip; any other error (out of memory, a CUDA error) stops
-        the stage with torch's message."""
+    def __init__(self, peer: Peer):
+        super().__init__(peer)
         try:
-            return self._attend(self._tensor(q), self._tensor(k), self._tensor(v))
-        except RuntimeError as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            if NO_KERNEL in str(e):
-                raise NoKernelForShape(f"torch has no {self.peer.backend} kernel for these inputs: {first}") from None
-            raise FlashbenchError(f"torch failed running {self.name}: {first}") from None
+            from flash_attn.cute import flash_attn_func
+        except Exception as e:  # the DSL's own imports (its CUDA libraries) fail in many ways
+            raise PeerUnavailable(f"flash_attn.cute does not import: {type(e).__name__}: {e}") from None
+        major, minor = self.torch.cuda.get_device_capability()
+        self.path = FLASH_ATTN_CUTE_PATHS.get(major)
+        if self.path is None:
+            raise PeerUnavailable(f"FlashAttention's CuTe DSL forward has no kernel for sm_{major}{minor}")
+        scale = None  # its default, 1/sqrt(D), as attention.softmax_scale
 
-    def capture(self, q, k, v, o, calls: int):
-        """`calls` calls captured once into a CUDA graph (torch's own capture, which keeps its
-        allocator right); returns what replays it on the current stream."""
-        torch = self.torch
-        args = [self._tensor(a) for a in (q, k, v)]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the default stream, as capture asks
-            self(q, k, v, o)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                self._attend(*args)
-        return graph.replay
+        def attend(q, k, v):
+            out, _lse = flash_attn_func(q, k, v, softmax_scale=scale)
+            return out
+
+        self._flash_attn_func = attend
+
+    def _as_input(self, tensor):
+        return tensor.transpose(1, 2).contiguous()  # [B, H, S, D] -> [B, S, H, D], a copy made once
+
+    def _attend(self, q, k, v):
+        return self._flash_attn_func(q, k, v).transpose(1, 2)  # back to [B, H, S, D] (a view)
+
+    @property
+    def identity(self) -> dict:
+        from importlib.metadata import version
+
+        return {"torch": self.torch.__version__, "flash_attn": version("flash-attn-4"),
+                "cutlass_dsl": version("nvidia-cutlass-dsl"), "backend": self.peer.backend, "path": self.path}

@@ -146,7 +146,8 @@ def stall_lines(samples: list[tuple[int, int]], offsets: dict[int, int], source_
     }
 
 
-def _run(cmd: list[str], what: str) -> str:
+def run(cmd: list[str], what: str) -> str:
+    """`cmd`'s standard output; its last lines of error in one FlashbenchError where it fails."""
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -160,18 +161,18 @@ def profile(ncu: str, cubin: Path, record: Path, source: Path, shape: Shape, pro
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "profile"
         progress(f"profile {cubin.stem}: ncu at {shape} (several replays of one launch)")
-        _run(command(ncu, report, cubin, record, shape), "ncu")
+        run(command(ncu, report, cubin, record, shape), "ncu")
         rep = f"{report}.ncu-rep"
-        raw = parse_raw(_run([ncu, "--import", rep, "--page", "raw", "--csv", "--print-units", "base"], "ncu --page raw"))
-        samples = parse_sass_samples(_run([ncu, "--import", rep, "--page", "source", "--print-source", "sass",
+        raw = parse_raw(run([ncu, "--import", rep, "--page", "raw", "--csv", "--print-units", "base"], "ncu --page raw"))
+        samples = parse_sass_samples(run([ncu, "--import", rep, "--page", "source", "--print-source", "sass",
                                            "--csv"], "ncu --page source"))
-    readings = {"metrics": metrics_of(raw), "ncu": _run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]}
+    readings = {"metrics": metrics_of(raw), "ncu": run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]}
     unattributed = {"stall_samples": None, "softmax_share": None, "top_lines": None}
     nvdisasm = shutil.which("nvdisasm")
     if nvdisasm is None:
         return {**readings, **unattributed, "lines_reason": "nvdisasm not found: stalls not attributed to source lines"}
     try:
-        offsets = line_map(_run([nvdisasm, "-gi", "-c", str(cubin)], "nvdisasm"), source)
+        offsets = line_map(run([nvdisasm, "-gi", "-c", str(cubin)], "nvdisasm"), source)
     except FlashbenchError as e:  # the metrics stand without the line table
         return {**readings, **unattributed, "lines_reason": f"stalls not attributed to source lines: {e}"}
     return {**readings, **stall_lines(samples, offsets, source.read_text()), "lines_reason": None}

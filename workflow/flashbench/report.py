@@ -11,7 +11,7 @@ from . import FlashbenchError, claims, conclusions, hopper, markdown
 from .files import write_text
 from .profile import TOP_LINES
 from .check import METRICS
-from .summary import PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS, TIMED, case_rows
+from .summary import DISPATCH, PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS, TIMED, case_rows
 from .validation import BadRecord, read_record, read_table, summary_problem
 
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
@@ -23,7 +23,10 @@ def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
     """summary.csv and kernels.json, each checked and checked against the other (validation): a table
     cut short, from an older pipeline or edited is refused with one line."""
     results_dir = Path(results_dir)
-    summary = read_table(results_dir / "summary.csv", SUMMARY_COLUMNS)
+    summary = read_table(results_dir / "summary.csv", [c for c in SUMMARY_COLUMNS if c not in DISPATCH])
+    for column in DISPATCH:  # taken since the head-to-head was added; an archive from before has none
+        if column not in summary.columns:
+            summary[column] = None
     meta = read_record(results_dir / "kernels.json", "kernels")
     if problem := summary_problem(summary, meta):
         raise BadRecord(f"{results_dir / 'summary.csv'}: {problem}; run summarize on that GPU again")
@@ -274,12 +277,29 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     sweep_figure(summary[summary.series == "sweep"], order, ctx["gpu_name"], meta["case"], report_dir / FIGURES["sweep"])
     stalls_figure(profile, order, report_dir / FIGURES["stalls"])
     write_text(report_dir / "report.md", text)
-    render_hopper(*everything, Path(template).with_name(HOPPER_TEMPLATE), report_dir, slug, ctx["gpu_name"])
+    render_hopper(*everything, Path(template).with_name(HOPPER_TEMPLATE), report_dir, slug, ctx["gpu_name"],
+                  read_paired(results_dir))
     return report_dir / "report.md"
 
 
-def render_hopper(summary, resources, profile, meta, template: Path, report_dir: Path, slug: str, gpu_name: str) -> None:
-    ctx = hopper.context(summary, resources, profile, meta)
+def read_paired(results_dir: Path | str) -> dict:
+    """head_to_head.csv and cycles.csv, where the run made them (an archive of an older pipeline has
+    neither: its report says so)."""
+    from .cycles import COLUMNS as CYCLES_COLUMNS
+    from .headtohead import COLUMNS as HEAD_TO_HEAD_COLUMNS
+
+    tables = {}
+    for name, columns in (("head_to_head", HEAD_TO_HEAD_COLUMNS), ("cycles", CYCLES_COLUMNS)):
+        path = Path(results_dir) / f"{name}.csv"
+        tables[name] = pd.read_csv(path) if path.is_file() else None
+        if tables[name] is not None and (missing := [c for c in columns if c not in tables[name].columns]):
+            raise FlashbenchError(f"{path} lacks the columns {', '.join(missing)}: run the GPU stages on that GPU again")
+    return tables
+
+
+def render_hopper(summary, resources, profile, meta, template: Path, report_dir: Path, slug: str, gpu_name: str,
+                  paired: dict) -> None:
+    ctx = hopper.context(summary, resources, profile, meta, **paired)
     names = set(ctx["order"])
     checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
     rows = [{"name": n, "tflops": hopper.tflops_of(case_rows(summary), n), "published_tflops": None}

@@ -19,6 +19,24 @@ def _elapsed_ms(cp, run) -> float:
     return cp.cuda.get_elapsed_time(before, after)
 
 
+def _issue_seconds(run) -> float:
+    """Host time `run` takes to return (it only enqueues work)."""
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+# Back-to-back calls this much slower than their CUDA graph, while the CPU took as long to issue each
+# call as the GPU takes to run it, time the CPU's dispatch (a full launch queue makes a fast CPU wait
+# too, but then back-to-back runs as fast as the graph).
+DISPATCH_SLOWDOWN = 1.02
+
+
+def dispatch_bound(issue_s_per_call: float, step_s_per_call: float, graph_s_per_call: float) -> bool:
+    """Whether back-to-back calls time the CPU rather than the GPU (the graph has no CPU launch cost)."""
+    return issue_s_per_call >= graph_s_per_call and step_s_per_call > DISPATCH_SLOWDOWN * graph_s_per_call
+
+
 def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int, graph_replays: int,
           sampler=None) -> dict:
     """Time `kernel` (an AttentionKernel or a TorchPeer) at `shape`. Same inputs for every call, as
@@ -38,8 +56,11 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
         for _ in range(steps):
             kernel(q, k, v, o)
 
-    # The write-up's method: `steps` back-to-back calls between two events, total / steps.
-    total_ms = _elapsed_ms(cp, back_to_back)
+    # The write-up's method: `steps` back-to-back calls between two events, total / steps; and how
+    # long the CPU took to issue them (a library whose Python dispatch outlasts its kernel leaves the
+    # GPU waiting, and the figure times the dispatch).
+    issue_s = []
+    total_ms = _elapsed_ms(cp, lambda: issue_s.append(_issue_seconds(back_to_back)))
 
     # Each call between its own pair of events (recorded ahead, read after), for the median and spread.
     events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(repeats)]
@@ -72,6 +93,8 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
         "ms_min": per_call_ms[0],
         "ms_max": per_call_ms[-1],
         "ms_graph": graph_s * 1e3,
+        "issue_ms_per_call": issue_s[0] / steps * 1e3,
+        "dispatch_bound": dispatch_bound(issue_s[0] / steps, total_ms / steps / 1e3, graph_s),
         "tflops": attention.tflops(shape, step_s),
         "tflops_median": attention.tflops(shape, median_s),
         "tflops_min": attention.tflops(shape, per_call_ms[-1] / 1e3),

@@ -95,17 +95,19 @@ def kernel_archs(name):
     return KERNELS[name].archs or ARCHS
 
 
-def gpu_build(ext):
-    """Input function of the GPU stages: build/<arch>/<kernel>.<ext> of the kernel's build that runs on
-    this GPU (sm_90a's on an sm_90). A kernel with no such build gets its first one, whose record the
-    check stage turns into a skip with the reason (and bench, sweep and profile follow the check)."""
+def build_of(name, ext):
+    """build/<arch>/<kernel>.<ext> of the kernel's build that runs on this GPU (sm_90a's on an sm_90).
+    A kernel with no such build gets its first one, whose record the check stage turns into a skip
+    with the reason (and every later stage follows the check)."""
     from flashbench.compile import runnable_build
 
-    def build(w):
-        archs = kernel_archs(w.kernel)
-        return f"build/{runnable_build(archs, GPU_ARCH) or archs[0]}/{w.kernel}.{ext}"
+    archs = kernel_archs(name)
+    return f"build/{runnable_build(archs, GPU_ARCH) or archs[0]}/{name}.{ext}"
 
-    return build
+
+def gpu_build(ext):
+    """Input function of the GPU stages: build_of the job's kernel."""
+    return lambda w: build_of(w.kernel, ext)
 
 
 def compile_records():
@@ -113,7 +115,13 @@ def compile_records():
 
 
 ABLATIONS = [name for name, k in KERNELS.items() if k.kind == "ablation"]
-GPU_TARGETS = ["check", "bench", "sweep", "profile", *(f"ablation_{name}" for name in ABLATIONS)]
+GPU_TARGETS = ["check", "bench", "sweep", "profile", "head_to_head", "cycles",
+               *(f"ablation_{name}" for name in ABLATIONS)]
+# The head-to-head's contestants (the headline versions, then the rivals) and its points (case first)
+CONTESTANTS = SETTINGS.headline + (SETTINGS.head_to_head["rivals"] if SETTINGS.head_to_head else [])
+HEAD_TO_HEAD_SHAPES = {f"S{shape.S}": shape for shape in SETTINGS.headline_shapes()} if SETTINGS.head_to_head else {}
+# Cycle counts: every kernel and peer at the case, the contestants at every point too (ncu found: see NCU)
+CYCLES = PROFILE and SETTINGS.cycles is not None
 
 
 def fail_without_gpu(wildcards):
@@ -145,6 +153,10 @@ def run_records(stage, names=RUNS):
 def archived_gpus():
     """The GPUs archived under results/ (the folders with a summary)."""
     return sorted(p.parent.name for p in Path("results").glob("*/summary.csv"))
+
+
+def cycle_shapes(name):
+    return list(HEAD_TO_HEAD_SHAPES.values()) if name in CONTESTANTS else [SETTINGS.case]
 
 
 def report_figures(gpu):

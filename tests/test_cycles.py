@@ -1,0 +1,87 @@
+"""Cycle counts from ncu's raw page: kernels split into calls at the markers, a call's kernels summed,
+the median of the launches, and the efficiency per cycle (the issue's own V22 figure at S=8192)."""
+import csv
+import io
+
+import pytest
+
+from flashbench import FlashbenchError, cycles
+from flashbench.config import Shape
+
+CASE = Shape(1, 64, 1024, 128)
+LONG = Shape(1, 64, 8192, 128)
+
+
+def raw_page(kernels: list[tuple[str, float, float]], duration_unit: str = "nsecond") -> str:
+    """ncu --page raw --csv --print-units base: a header, a units row, one row per (name, cycles, ns)."""
+    metrics = list(cycles.METRICS.values())
+    out = io.StringIO()
+    w = csv.writer(out, quoting=csv.QUOTE_ALL)
+    w.writerow(["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", *metrics])
+    units = {"gpc__cycles_elapsed.max": "cycle", "gpu__time_duration.sum": duration_unit,
+             "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed": "%",
+             "gpc__cycles_elapsed.avg.per_second": "cycle/second"}
+    w.writerow(["", "", "", "", "", "", "", *(units[m] for m in metrics)])
+    for i, (name, n, ns) in enumerate(kernels):
+        values = {"gpc__cycles_elapsed.max": f"{n:,.0f}", "gpu__time_duration.sum": f"{ns:,.0f}",
+                  "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed": "70.5",
+                  "gpc__cycles_elapsed.avg.per_second": "1,800,000,000"}
+        w.writerow([str(i), "42", "python3", "host", name, "1", "7", *(values[m] for m in metrics)])
+    return out.getvalue()
+
+
+M = cycles.MARKER
+
+
+def test_calls_are_split_at_the_markers_and_a_call_of_two_kernels_is_summed():
+    page = raw_page([(M, 10, 5), ("prepare", 1000, 500), ("attention", 98000, 54000), (M, 10, 5),
+                     ("prepare", 1000, 500), ("attention", 99000, 55000), (M, 10, 5),
+                     ("prepare", 1000, 500), ("attention", 98500, 54500), (M, 10, 5)])
+    [point] = cycles.points(cycles.parse_kernels(page), [CASE], 3)
+    assert point["cycles"] == 99500  # the median call: 1000 + 98500
+    assert [c["kernels"] for c in point["launches"]] == [["prepare", "attention"]] * 3
+    assert point["duration_us"] == pytest.approx(55.0)
+    assert point["sm_clock_mhz"] == pytest.approx(1800)
+
+
+def test_shapes_follow_in_order_and_a_wrong_count_is_refused():
+    per_shape = lambda n: [(M, 1, 1), ("k", n, 1), (M, 1, 1), ("k", n, 1), (M, 1, 1), ("k", n, 1), (M, 1, 1)]
+    kernels = cycles.parse_kernels(raw_page(per_shape(98600) + per_shape(5165900)))
+    case, long = cycles.points(kernels, [CASE, LONG], 3)
+    assert (case["S"], case["cycles"], long["S"], long["cycles"]) == (1024, 98600, 8192, 5165900)
+    with pytest.raises(FlashbenchError, match="6 calls, not 1 shapes x 3 launches"):
+        cycles.points(kernels, [CASE], 3)
+    with pytest.raises(FlashbenchError, match="before the first marker"):
+        cycles.calls(cycles.parse_kernels(raw_page([("k", 1, 1), (M, 1, 1)])))
+
+
+def test_a_page_without_the_metrics_or_in_an_unknown_unit_is_refused():
+    with pytest.raises(FlashbenchError, match="no kernel table"):
+        cycles.parse_kernels("==PROF== nothing profiled\n")
+    with pytest.raises(FlashbenchError, match="unit this parser does not know"):
+        cycles.parse_kernels(raw_page([(M, 1, 1)], duration_unit="fortnight"))
+
+
+def test_efficiency_per_cycle_is_the_share_of_the_dense_fp16_peak():
+    # V22 at S=8192 took 5165.9k cycles: 4*64*8192^2*128 FLOP / (5165.9e3 * 132 SMs * 4096) = 78.7%
+    assert cycles.efficiency_per_cycle(LONG, 5165.9e3, 132) == pytest.approx(0.787, abs=5e-4)
+    assert cycles.efficiency_per_cycle(CASE, 98.6e3, 132) == pytest.approx(0.645, abs=5e-4)
+
+
+def test_the_table_has_a_row_per_counted_shape_in_table_order():
+    record = {"kernel": "v22", "counted": True, "sm_count": 132, "points": [
+        {**CASE.as_dict(), "cycles": 98600, "duration_us": 55.0, "tensor_pipe_pct": 70.5, "sm_clock_mhz": 1800,
+         "launches": [{"cycles": c, "kernels": ["flash_attention_forward"]} for c in (98500, 98600, 98900)]}]}
+    not_counted = {"kernel": "v11", "counted": False, "reason": "failed its check: ..."}
+    table = cycles.table([not_counted, record], [{"name": "v11", "kind": "version"}, {"name": "v22", "kind": "version"}],
+                         CASE.as_dict())
+    assert list(table.columns) == cycles.COLUMNS
+    assert table.kernel.tolist() == ["v22"] and bool(table.is_case.iloc[0])
+    assert (table.cycles_min.iloc[0], table.cycles_max.iloc[0], table.launches.iloc[0]) == (98500, 98900, 3)
+
+
+def test_ncu_is_told_to_leave_the_clocks_and_count_only_the_marked_range():
+    cmd = cycles.command("ncu", "/tmp/r", ["python3", "-m", "flashbench", "launch-marked"])
+    assert cmd[cmd.index("--clock-control") + 1] == "none"
+    assert cmd[cmd.index("--profile-from-start") + 1] == "off"
+    assert "gpc__cycles_elapsed.max" in cmd[cmd.index("--metrics") + 1]

@@ -1,0 +1,142 @@
+"""The head-to-head's statistics on planted series: paired ratios, their bootstrap interval and the
+verdict, and the table summarize writes; on a GPU, a kernel against itself is level."""
+import numpy as np
+import pytest
+
+from flashbench import headtohead
+from flashbench.headtohead import compare, comparisons, median_interval, paired_ratios, verdict
+
+SETTINGS = {"confidence": 0.95, "resamples": 4000, "level_within": 0.01}
+ROUNDS = 9
+
+
+def noisy(base: float, rng, spread: float = 0.005, rounds: int = ROUNDS) -> list[float]:
+    return list(base * (1 + spread * rng.standard_normal(rounds)))
+
+
+def test_two_equal_contestants_are_level_with_an_interval_around_one():
+    rng = np.random.default_rng(1)
+    result = compare(noisy(1.0, rng), noisy(1.0, rng), **SETTINGS)
+    assert result["verdict"] == "level"
+    assert result["ci_low"] < 1 < result["ci_high"] and result["rounds"] == ROUNDS
+
+
+def test_three_percent_apart_with_noise_is_ahead_one_way_and_behind_the_other():
+    rng = np.random.default_rng(2)
+    fast, slow = noisy(1.0, rng), noisy(1.03, rng)
+    ahead = compare(fast, slow, **SETTINGS)
+    assert ahead["verdict"] == "ahead" and ahead["ci_low"] > 1.01 and ahead["ratio"] == pytest.approx(1.03, abs=0.01)
+    behind = compare(slow, fast, **SETTINGS)
+    assert behind["verdict"] == "behind" and behind["ci_high"] < 0.99
+
+
+def test_a_drifting_clock_misleads_an_unpaired_comparison_but_not_the_paired_one():
+    # The GPU's clock falls from 1980 to 1500 MHz over the run (the power cap); the version does 2% fewer
+    # cycles than the rival. Paired rounds see both at nearly the same clock; two separate timings, the
+    # version's late in the run and the rival's early (two jobs minutes apart), see different clocks.
+    rounds = 2 * ROUNDS
+    clock = np.linspace(1980e6, 1500e6, rounds)
+    version_cycles, rival_cycles = 0.98e8, 1.0e8
+    version = list(version_cycles / clock)
+    rival = list(rival_cycles / (clock * 0.999))  # timed just after the version in each round
+    paired = compare(version, rival, **SETTINGS)
+    assert paired["verdict"] == "ahead" and paired["ratio"] == pytest.approx(1.02, abs=0.003)
+    unpaired = np.median(rival[:ROUNDS]) / np.median(version[ROUNDS:])  # rival early, version late
+    assert unpaired < 1 - SETTINGS["level_within"]  # would call the faster version behind
+
+
+def test_the_verdict_comes_from_the_interval_and_the_margin():
+    assert verdict(1.02, 1.05, 0.01) == "ahead"
+    assert verdict(1.005, 1.03, 0.01) == "level"  # not shown to be more than 1% ahead
+    assert verdict(0.97, 0.985, 0.01) == "behind"
+    assert verdict(0.985, 1.02, 0.01) == "level"
+    assert verdict(1.0001, 1.002, 0.0) == "ahead"
+
+
+def test_the_interval_is_a_percentile_bootstrap_of_the_median_and_repeats():
+    values = np.array([1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 1.08])
+    low, high = median_interval(values, 0.95, 4000)
+    assert values.min() <= low <= np.median(values) <= high <= values.max()
+    assert (low, high) == median_interval(values, 0.95, 4000)  # the same archive gives the same CSV
+    with pytest.raises(Exception, match="one time of each per round"):
+        paired_ratios([1.0, 1.0], [1.0])
+
+
+def point_record(times: dict, is_case: bool = True, dispatch_bound: tuple = ()) -> dict:
+    """A head-to-head record with per-round `times` {name: (step_s, graph_s)} (the same each round)."""
+    rng = np.random.default_rng(3)
+    contestants = {}
+    for name, (step, graph) in times.items():
+        rounds = [{"step_s": s, "graph_s": g, "issue_s": s if name in dispatch_bound else s / 10,
+                   "dispatch_bound": name in dispatch_bound,
+                   "clocks": {"step": {"sm_clock_mhz": {"median": 1900}}, "graph": {"sm_clock_mhz": {"median": 1890}}}}
+                  for s, g in zip(noisy(step, rng), noisy(graph, rng))]
+        contestants[name] = {"identity": {}, "calls_per_timing": 900, "rounds": rounds,
+                             "energy": [{"calls": 20000, "seconds": 1.2, "joules": 20000 * graph * 650, "watts": 650}]}
+    return {"B": 1, "H": 64, "S": 1024, "D": 128, "is_case": is_case, "order": list(times), "contestants": contestants}
+
+
+def test_each_headline_version_meets_its_predecessor_and_every_rival_by_both_methods():
+    record = point_record({"v22": (60e-6, 58e-6), "v21": (63e-6, 61e-6), "sdpa_cudnn": (62e-6, 62e-6),
+                           "flash_attn_cute": (90e-6, 62e-6)}, dispatch_bound=("flash_attn_cute",))
+    rows = comparisons(record, ["v22", "v21"], ["sdpa_cudnn", "flash_attn_cute"], **SETTINGS)
+    pairs = [(r["version"], r["rival"], r["method"]) for r in rows]
+    assert pairs == [(v, r, m) for v, r in [("v22", "v21"), ("v22", "sdpa_cudnn"), ("v22", "flash_attn_cute"),
+                                             ("v21", "sdpa_cudnn"), ("v21", "flash_attn_cute")]
+                     for m in ("step", "graph")]
+    by = {(r["version"], r["rival"], r["method"]): r for r in rows}
+    assert by["v22", "sdpa_cudnn", "graph"]["verdict"] == "ahead"
+    assert by["v22", "flash_attn_cute", "step"]["fair"] is False  # its dispatch outlasts its kernel
+    assert by["v22", "flash_attn_cute", "graph"]["fair"] is True
+    row = by["v22", "sdpa_cudnn", "graph"]
+    assert row["version_tflops"] == pytest.approx(34.36e9 / 58e-6 / 1e12, rel=0.02)
+    assert row["version_joules_per_call"] == pytest.approx(58e-6 * 650)
+    assert row["version_tflops_per_watt"] == pytest.approx(34.36e9 / (58e-6 * 650) / 1e12, rel=1e-3)
+    assert row["version_sm_clock_mhz"] == 1890
+
+
+def test_a_contestant_left_out_has_no_rows_and_the_table_has_its_columns():
+    record = point_record({"v22": (60e-6, 58e-6), "sdpa_auto": (62e-6, 62e-6)}, is_case=False)
+    table = headtohead.table([record], {"headline": ["v22", "v21"],
+                                        "head_to_head": {"rivals": ["sdpa_cudnn", "sdpa_auto"], **SETTINGS}})
+    assert list(table.columns) == headtohead.COLUMNS
+    assert set(table.rival) == {"sdpa_auto"} and len(table) == 2
+
+
+def test_the_order_rotates_each_round():
+    names = ["a", "b", "c"]
+    assert [headtohead.rotated(names, r) for r in range(4)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"],
+                                                                 ["a", "b", "c"]]
+
+
+@pytest.mark.gpu
+def test_a_kernel_against_itself_is_level_with_an_interval_around_one(settings, tmp_path, needs_nvcc):
+    from flashbench import gpu
+    from flashbench.clocks import ClockSampler, EnergyCounter
+    from flashbench.compile import compile_kernel, runnable_build
+    from flashbench.config import Shape
+    from flashbench.launch import AttentionKernel
+
+    from conftest import ROOT
+
+    here = gpu.require().arch
+    best = settings.kernel(settings.headline[0])
+    arch = runnable_build(best.archs, here) if best.archs else here
+    if arch is None:
+        pytest.skip(f"{best.name} has no build for this GPU")
+    import cupy as cp
+
+    record = compile_kernel(best.name, ROOT / best.source, arch, settings.nvcc_flags, best.defines, tmp_path / "k.cubin")
+    twins = [AttentionKernel(tmp_path / "k.cubin", {**record, "kernel": name}) for name in ("v22", "v22_again")]
+    h2h = {**settings.head_to_head, "rounds": 7, "energy_rounds": 1, "min_timing_ms": 20}
+    bus = cp.cuda.Device().pci_bus_id
+    with ClockSampler(bus) as sampler:
+        point = headtohead.measure(twins, settings.case, h2h, 7, sampler, EnergyCounter.open(bus),
+                                   progress=lambda m: None)
+    point["is_case"] = True
+    rows = comparisons(point, ["v22", "v22_again"], [], h2h["confidence"], h2h["resamples"], h2h["level_within"])
+    for row in rows:
+        assert row["verdict"] == "level" and row["ci_low"] <= 1 <= row["ci_high"], row
+    first = point["contestants"]["v22"]
+    assert first["calls_per_timing"] * first["rounds"][0]["graph_s"] >= 0.02  # each timing >= min_timing_ms
+    assert Shape(**{d: point[d] for d in "BHSD"}) == settings.case

@@ -1,0 +1,254 @@
+"""The head-to-head: the Hopper line's headline versions against their rivals, paired in one process.
+
+A verdict at the few-percent level cannot come from two timings taken minutes apart on a
+power-capped GPU: its clock swings by a fifth within minutes, and each job of the pipeline times at
+its own moment of that swing. Here every contestant is timed at one point (a shape) in the same
+process, in rounds:
+
+    prepare  each contestant: the same input values, `warmup` untimed calls (a JIT compile happens
+             here), as many calls per timing as fill min_timing_ms, their CUDA graph captured once
+    rounds   each contestant in turn, the order rotated each round: its calls back to back between
+             two events (the write-up's method), then its graph replayed between two events
+    energy   `energy_rounds` rounds, the order rotated: the graph replayed for at least
+             energy_window_s between two readings of NVML's energy counter
+
+Each round gives, per headline version, rival and method, one paired ratio: the rival's time over the
+version's (above 1: the version is faster), from timings a fraction of a second apart, so a clock that
+drifts over the point moves both. The ratio is the median over the rounds, with a bootstrap interval
+of that median, and the verdict comes from the interval: ahead when its lower end is above
+1 + level_within, behind when its upper end is below 1 - level_within, level otherwise.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from . import FlashbenchError, attention
+from .config import Shape
+from .timing import dispatch_bound
+
+METHODS = ("step", "graph")  # the write-up's back-to-back calls; their CUDA graph
+MIN_CALLS = 3
+BOOTSTRAP_SEED = 0  # the interval is a function of the archived timings: summarize gives the same CSV twice
+COLUMNS = [
+    "B", "H", "S", "D", "is_case", "version", "rival", "method", "ratio", "ci_low", "ci_high", "verdict", "rounds",
+    "fair", "version_tflops", "rival_tflops", "version_sm_clock_mhz", "rival_sm_clock_mhz",
+    "version_joules_per_call", "rival_joules_per_call", "version_tflops_per_watt", "rival_tflops_per_watt",
+]
+
+
+# ---- statistics (no GPU) --------------------------------------------------------------------------
+
+def paired_ratios(version_s: list[float], rival_s: list[float]) -> np.ndarray:
+    """Per round, the rival's time over the version's: above 1, the version is faster."""
+    if len(version_s) != len(rival_s) or not version_s:
+        raise FlashbenchError(f"paired ratios need one time of each per round: {len(version_s)} and {len(rival_s)}")
+    return np.asarray(rival_s, dtype=float) / np.asarray(version_s, dtype=float)
+
+
+def median_interval(values: np.ndarray, confidence: float, resamples: int, seed: int = BOOTSTRAP_SEED
+                    ) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median of `values` (resampled with replacement)."""
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(values, size=(resamples, len(values)), replace=True), axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def verdict(ci_low: float, ci_high: float, level_within: float) -> str:
+    if ci_low > 1 + level_within:
+        return "ahead"
+    if ci_high < 1 - level_within:
+        return "behind"
+    return "level"
+
+
+def compare(version_s: list[float], rival_s: list[float], confidence: float, resamples: int,
+            level_within: float) -> dict:
+    """The paired comparison of two contestants' per-round times by one method."""
+    ratios = paired_ratios(version_s, rival_s)
+    low, high = median_interval(ratios, confidence, resamples)
+    return {"ratio": float(np.median(ratios)), "ci_low": low, "ci_high": high, "verdict": verdict(low, high, level_within),
+            "rounds": len(ratios)}
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
+
+
+def comparisons(record: dict, headline: list[str], rivals: list[str], confidence: float, resamples: int,
+                level_within: float) -> list[dict]:
+    """The rows of head_to_head.csv for one point's record: each headline version against the later
+    headline versions (its predecessors) and every rival, by each method. A contestant missing from
+    the record (it failed its check, or was skipped) has no rows."""
+    shape = Shape(**{d: record[d] for d in "BHSD"})
+    timed = record["contestants"]
+    rows = []
+    for i, version in enumerate(headline):
+        if version not in timed:
+            continue
+        for rival in [*headline[i + 1:], *rivals]:
+            if rival not in timed:
+                continue
+            mine, theirs = timed[version], timed[rival]
+            for method in METHODS:
+                key = f"{method}_s"
+                row = {**shape.as_dict(), "is_case": record["is_case"], "version": version, "rival": rival,
+                       "method": method,
+                       **compare([r[key] for r in mine["rounds"]], [r[key] for r in theirs["rounds"]], confidence,
+                                 resamples, level_within),
+                       # the step method is not fair to a side whose Python dispatch outlasts its kernel
+                       "fair": method == "graph" or not (_mostly_dispatch_bound(mine) or _mostly_dispatch_bound(theirs))}
+                for side, c in (("version", mine), ("rival", theirs)):
+                    row[f"{side}_tflops"] = attention.tflops(shape, _median(r[key] for r in c["rounds"]))
+                    row[f"{side}_sm_clock_mhz"] = _median(r["clocks"][method].get("sm_clock_mhz", {}).get("median")
+                                                          for r in c["rounds"])
+                    energy = energy_per_call(c)
+                    row[f"{side}_joules_per_call"] = energy
+                    row[f"{side}_tflops_per_watt"] = attention.flops(shape) / energy / 1e12 if energy else None
+                rows.append(row)
+    return rows
+
+
+def table(records: list[dict], settings: dict):
+    """head_to_head.csv: every point's comparisons, the case first, then by S."""
+    import pandas as pd
+
+    h2h = settings.get("head_to_head")
+    rows = []
+    for record in sorted(records, key=lambda r: (not r["is_case"], r["S"])):
+        rows += comparisons(record, settings["headline"], h2h["rivals"], h2h["confidence"], h2h["resamples"],
+                            h2h["level_within"])
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def as_records(record: dict) -> dict:
+    """A point's contestants as records of their own (name -> identity and the point's provenance), for
+    the check that they are what passed their checks on this GPU."""
+    return {name: {**c["identity"], "provenance": record["provenance"]} for name, c in record["contestants"].items()}
+
+
+def _mostly_dispatch_bound(contestant: dict) -> bool:
+    rounds = contestant["rounds"]
+    return sum(r["dispatch_bound"] for r in rounds) * 2 > len(rounds)
+
+
+def energy_per_call(contestant: dict) -> float | None:
+    """Joules per call: the median over the energy windows (None where NVML has no energy counter)."""
+    return _median(w["joules"] / w["calls"] if w["joules"] else None for w in contestant.get("energy", []))
+
+
+# ---- measurement (GPU) ----------------------------------------------------------------------------
+
+def _events_ms(cp, run) -> float:
+    before, after = cp.cuda.Event(), cp.cuda.Event()
+    before.record()
+    run()
+    after.record()
+    after.synchronize()
+    return cp.cuda.get_elapsed_time(before, after)
+
+
+class _Contestant:
+    """One implementation at one point: its inputs, its calls per timing and their graph."""
+
+    def __init__(self, impl, shape: Shape, seed: int, warmup: int, min_timing_s: float):
+        self.impl, self.name, self.cp = impl, impl.name, impl.cp
+        self.args = impl.inputs(shape, impl.cp.random.default_rng(seed))  # the same values for every contestant
+        for _ in range(warmup):
+            impl(*self.args)
+        per_call_s = _events_ms(self.cp, lambda: self._back_to_back(MIN_CALLS)) / 1e3 / MIN_CALLS
+        self.calls = max(MIN_CALLS, math.ceil(min_timing_s / per_call_s))
+        self.replay = impl.capture(*self.args, self.calls)
+        self.replay()
+        replay_s = _events_ms(self.cp, self.replay) / 1e3
+        if replay_s < min_timing_s:  # its graph runs faster than its calls back to back (dispatch-bound)
+            self.calls = math.ceil(self.calls * min_timing_s / replay_s * 1.05)
+            self.replay = impl.capture(*self.args, self.calls)
+            self.replay()
+
+    def _back_to_back(self, calls: int) -> None:
+        for _ in range(calls):
+            self.impl(*self.args)
+
+    def time_round(self) -> dict:
+        """One round: back to back, then the graph; wall-clock windows kept for the clock readings."""
+        issued = []
+
+        def step():
+            start = time.perf_counter()
+            self._back_to_back(self.calls)
+            issued.append(time.perf_counter() - start)
+
+        t0 = time.time()
+        step_s = _events_ms(self.cp, step) / 1e3 / self.calls
+        t1 = time.time()
+        graph_s = _events_ms(self.cp, self.replay) / 1e3 / self.calls
+        t2 = time.time()
+        return {"step_s": step_s, "graph_s": graph_s, "issue_s": issued[0] / self.calls,
+                "dispatch_bound": dispatch_bound(issued[0] / self.calls, step_s, graph_s),
+                "windows": {"step": (t0, t1), "graph": (t1, t2)}}
+
+    def energy_window(self, energy, window_s: float, graph_s: float) -> dict:
+        """The graph replayed for at least `window_s`, NVML's energy counter read on either side."""
+        replays = max(1, math.ceil(window_s / (graph_s * self.calls)))
+        self.cp.cuda.runtime.deviceSynchronize()
+        start_j, t0 = energy.joules(), time.perf_counter()
+        for _ in range(replays):
+            self.replay()
+        self.cp.cuda.runtime.deviceSynchronize()
+        seconds, joules = time.perf_counter() - t0, energy.joules() - start_j
+        return {"calls": replays * self.calls, "seconds": seconds, "joules": joules or None,
+                "watts": joules / seconds if joules else None}
+
+
+def rotated(names: list[str], round_index: int) -> list[str]:
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energy, progress=print) -> dict:
+    """Time `impls` (kernels and peers that passed their check) at `shape` as the module says.
+    `settings`: config's head_to_head; `sampler`: a ClockSampler; `energy`: an EnergyCounter (or None
+    where NVML has none: the record says so)."""
+    names = [impl.name for impl in impls]
+    if len(set(names)) != len(names):
+        raise FlashbenchError(f"the head-to-head names a contestant twice: {names}")
+    contestants = {}
+    for impl in impls:
+        reason = impl.supports(shape)
+        if reason:
+            raise FlashbenchError(f"{impl.name} cannot run the head-to-head at {shape}: {reason}")
+        progress(f"head-to-head {shape}: preparing {impl.name}")
+        contestants[impl.name] = _Contestant(impl, shape, seed, settings["warmup"], settings["min_timing_ms"] / 1e3)
+    rounds = {name: [] for name in names}
+    for r in range(settings["rounds"]):
+        for name in rotated(names, r):
+            rounds[name].append(contestants[name].time_round())
+    windows = sampler.windows([w for name in names for r in rounds[name] for w in r["windows"].values()])
+    it = iter(windows)
+    for name in names:
+        for r in rounds[name]:
+            r["clocks"] = {method: next(it) for method in r.pop("windows")}
+    energies = {name: [] for name in names}
+    if energy is not None:
+        for r in range(settings["energy_rounds"]):
+            for name in rotated(names, r):
+                graph_s = float(np.median([x["graph_s"] for x in rounds[name]]))
+                energies[name].append(contestants[name].energy_window(energy, settings["energy_window_s"], graph_s))
+    for name in names:
+        step = np.median([x["step_s"] for x in rounds[name]])
+        graph = np.median([x["graph_s"] for x in rounds[name]])
+        progress(f"  {name}: {attention.tflops(shape, step):.1f} TFLOPS back to back, "
+                 f"{attention.tflops(shape, graph):.1f} by graph ({contestants[name].calls} calls a timing)")
+    return {
+        **shape.as_dict(),
+        "order": names,
+        "contestants": {name: {"identity": contestants[name].impl.identity, "calls_per_timing": contestants[name].calls,
+                               "rounds": rounds[name], "energy": energies[name]} for name in names},
+        "energy_reason": None if energy is not None else "NVML has no energy counter for this GPU",
+    }
