@@ -81,6 +81,7 @@ BAD = [  # (kind, name, edit, message after "<path>: ")
     ("benches", "v12", lambda r: r.pop("provenance"), "key 'provenance': missing"),
     ("checks", "v12", lambda r: r.pop("provenance"), "key 'provenance': missing"),
     ("checks", "sdpa_auto", lambda r: r.pop("torch"), "key 'torch': missing"),
+    ("benches", "unfused", lambda r: r.pop("backend"), "key 'backend': missing"),
     ("sweeps", "v13", lambda r: r.pop("cubin_sha256"), "key 'cubin_sha256': missing"),
     ("profiles", "v13", lambda r: r.pop("provenance"), "key 'provenance': missing"),
     ("benches", "v12", lambda r: retime(r, {**records.CASE, "S": 2048}, 3),
@@ -128,6 +129,13 @@ def test_a_check_that_stopped_at_a_fault_is_summarized_and_reported_as_failed(tm
     summary.to_csv(tmp_path / "summary.csv", index=False)
     write_json(tmp_path / "kernels.json", meta)
     report.read_summary(tmp_path)  # one row of v12's, on one kind of input: whole as it is
+
+
+def test_a_peer_is_named_by_its_torch_build_and_backend_whatever_else_its_library_names(tmp_path):
+    paths = records.write(tmp_path, TFLOPS)
+    for kind in ("checks", "benches", "sweeps"):  # as flash_attn_cute names itself: no cuDNN, its own packages
+        edit(path_of(paths, kind, "sdpa_auto"), lambda r: r.pop("cudnn") and r.update(flash_attn="4.0.0"))
+    gather(paths)
 
 
 def test_a_record_cut_short_is_one_line_naming_it(tmp_path, capsys):

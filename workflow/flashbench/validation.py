@@ -60,7 +60,9 @@ class Expected:
 
 
 COUNTS = ("steps", "repeats", "warmup", "graph_replays")
-KERNEL_IDENTITY, PEER_IDENTITY = ("cubin_sha256",), ("torch", "cudnn", "backend")
+# What every record of a run names what ran by: a kernel its cubin, a peer the torch build and backend
+# beside whatever else its library names (cuDNN's version, FlashAttention's)
+KERNEL_IDENTITY, PEER_IDENTITY = ("cubin_sha256",), ("torch", "backend")
 # Each TFLOPS figure and the time it is worked out from (tflops_min is the slowest call's)
 TFLOPS_OF = {"tflops": "ms_per_step", "tflops_median": "ms_median", "tflops_min": "ms_max",
              "tflops_max": "ms_min", "tflops_graph": "ms_graph"}
@@ -195,8 +197,8 @@ def _validator(kind: str):
 
 
 def _identity(r: dict, expected: Expected) -> Problem:
-    """What ran is named: a kernel by its cubin's sha256, a peer by its torch build (the records of
-    one run are tied together by these)."""
+    """What ran is named: a kernel by its cubin's sha256, a peer by its torch build and backend (the
+    records of one run are tied together by these)."""
     needed = PEER_IDENTITY if r["kernel"] in expected.peers else KERNEL_IDENTITY
     missing = [key for key in needed if key not in r]
     return (missing[0], "missing") if missing else None
