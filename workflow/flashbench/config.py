@@ -103,6 +103,22 @@ def _schema() -> dict:
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
+def conform(value, pointer: str, what: str):
+    """`value` if it is what the schema says at `pointer` ("$defs/shape", "properties/nvcc_flags"),
+    else a ConfigError naming `what` (if given), the key within `value` and the first problem."""
+    import jsonschema
+
+    part = _schema()
+    for name in pointer.split("/"):
+        part = part[name]
+    validator = jsonschema.Draft202012Validator({**part, "$defs": _schema()["$defs"]})
+    error = next(iter(sorted(validator.iter_errors(value), key=lambda e: len(e.path))), None)
+    if error is not None:
+        where = " ".join(filter(None, [what, _key(error.path) if error.path else ""]))
+        raise ConfigError(f"{where}: {error.message}" if where else error.message)
+    return value
+
+
 def supported_archs() -> list[str]:
     return list(_schema()["$defs"]["arch"]["enum"])
 
