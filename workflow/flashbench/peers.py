@@ -16,11 +16,20 @@ class PeerUnavailable(FlashbenchError):
     """The peer cannot run here at all (no torch): skipped, not failed."""
 
 
-def require_torch() -> None:
-    """Raise PeerUnavailable where torch is not installed (asked before the GPU is taken)."""
-    import importlib.util
+def torch_version() -> str | None:
+    """The installed torch's version, None where there is none (read from its metadata, not imported:
+    the workflow asks as it loads)."""
+    import importlib.metadata
 
-    if importlib.util.find_spec("torch") is None:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def require_torch() -> None:
+    """Raise PeerUnavailable where torch is not installed (asked once the GPU is known to be there)."""
+    if torch_version() is None:
         raise PeerUnavailable("torch is not installed")
 
 
