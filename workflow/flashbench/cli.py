@@ -15,8 +15,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import FlashbenchError
-from .config import Shape
-from .files import read_json, sha256, write_json, write_text
+from .archives import TABLES
+from .config import ConfigError, Shape, conform
+from .files import read_json, sha256, staged_folder, write_json, write_text
 
 
 def _progress(message: str) -> None:
@@ -32,7 +33,7 @@ def cmd_compile(a) -> None:
     # Builds run beside each other but never beside a GPU job: every GPU's lock, shared.
     with gpulock.hold_shared(gpu.all_bus_ids(), f"compile {a.kernel} {a.arch}", progress=_progress):
         try:
-            record = compile_kernel(a.kernel, a.source, a.arch, json.loads(a.flags), json.loads(a.defines), a.cubin)
+            record = compile_kernel(a.kernel, a.source, a.arch, a.flags, a.defines, a.cubin)
         except CommandFailed as e:
             print(e.transcript, end="", flush=True)
             raise
@@ -74,10 +75,9 @@ def _kernel(a):
     from .launch import AttentionKernel
 
     if a.peer:
-        from .config import Peer
         from .peers import TorchPeer
 
-        return TorchPeer(Peer(**json.loads(a.peer)))
+        return TorchPeer(a.peer)
     import cupy as cp
 
     record = read_json(a.record)
@@ -90,7 +90,7 @@ def _kernel(a):
 
 
 def _name(a) -> str:
-    return json.loads(a.peer)["name"] if a.peer else read_json(a.record)["kernel"]
+    return a.peer.name if a.peer else read_json(a.record)["kernel"]
 
 
 def cmd_check(a) -> None:
@@ -99,6 +99,7 @@ def cmd_check(a) -> None:
     from .peers import PeerUnavailable, require_torch
 
     gate = Gate(factor=a.factor, tolerance=a.tolerance)
+    gpu.require()  # a missing GPU fails the stage; only what stays true on a GPU is recorded as skipped
     try:
         if a.peer:
             require_torch()
@@ -112,11 +113,18 @@ def cmd_check(a) -> None:
         return
     with _gpu_held(f"check {_name(a)}"):
         kernel = _kernel(a)
-        shapes = [Shape(**s) for s in json.loads(a.shapes)]
-        result = check_kernel(kernel, shapes, gate, kinds=a.inputs.split(","),
-                              smallest=tuple(json.loads(a.smallest)) if a.smallest else None, progress=_progress)
+        result = check_kernel(kernel, a.shapes, gate, kinds=a.inputs, smallest=a.smallest, progress=_progress)
         write_json(a.out, {**result, **kernel.identity, "provenance": gpu.provenance()})
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
+
+
+def _check_record(path) -> dict:
+    """A check record, with what the later stages go by: its kernel, whether it passed, and why not."""
+    check = read_json(path)
+    if not (isinstance(check, dict) and isinstance(check.get("kernel"), str) and isinstance(check.get("passed"), bool)
+            and (check["passed"] or isinstance(check.get("reason"), str))):
+        raise FlashbenchError(f"{path} is not a check record (it needs kernel, passed and, where not passed, reason)")
+    return check
 
 
 def _refused(check: dict, out, done: str = "timed") -> bool:
@@ -145,7 +153,7 @@ def _timed(a, what: str, run) -> None:
     from . import gpu
     from .clocks import ClockSampler
 
-    check = read_json(a.check)
+    check = _check_record(a.check)
     if _refused(check, a.out):
         return
     with _gpu_held(f"{what} {check['kernel']}"):
@@ -163,9 +171,8 @@ def cmd_bench(a) -> None:
     from .timing import bench
 
     def run(kernel, seed, sampler):
-        shape = Shape(**json.loads(a.shape))
-        _progress(f"bench {kernel.name}: {shape}, {a.steps}-step method + {a.repeats} timed calls + graph")
-        timing = bench(kernel, shape, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler)
+        _progress(f"bench {kernel.name}: {a.shape}, {a.steps}-step method + {a.repeats} timed calls + graph")
+        timing = bench(kernel, a.shape, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler)
         print(f"{kernel.name}: {timing['tflops']:.1f} TFLOPS ({a.steps}-step), median {timing['tflops_median']:.1f}, "
               f"graph {timing['tflops_graph']:.1f}" + (" THROTTLED" if timing["clocks"]["throttled"] else ""))
         return {"timing": timing}
@@ -177,8 +184,7 @@ def cmd_sweep(a) -> None:
     from .timing import sweep
 
     def run(kernel, seed, sampler):
-        shapes = [Shape(**s) for s in json.loads(a.shapes)]
-        points = sweep(kernel, shapes, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler,
+        points = sweep(kernel, a.shapes, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler,
                        progress=_progress)
         print(f"{kernel.name}: timed at {sum(p['timed'] for p in points)} of {len(points)} lengths")
         return {"points": points}
@@ -192,8 +198,7 @@ def cmd_launch_once(a) -> None:
 
     with _gpu_held(f"launch-once {_name(a)}"):  # under `profile`, its parent holds the GPU already
         kernel = _kernel(a)
-        shape = Shape(**json.loads(a.shape))
-        kernel(*kernel.inputs(shape, cp.random.default_rng(0)))
+        kernel(*kernel.inputs(a.shape, cp.random.default_rng(0)))
         cp.cuda.runtime.deviceSynchronize()
 
 
@@ -201,21 +206,20 @@ def cmd_profile(a) -> None:
     from . import gpu
     from .profile import profile
 
-    check = read_json(a.check)
+    check = _check_record(a.check)
     if _refused(check, a.out, "profiled"):
         return
     record = read_json(a.record)
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
-    shape = Shape(**json.loads(a.shape))
     with _gpu_held(f"profile {record['kernel']}"):
         try:
-            readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(a.source), shape, progress=_progress)
+            readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(a.source), a.shape, progress=_progress)
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
             write_json(a.out, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
             print(f"{check['kernel']}: not profiled, {e}")
             return
         provenance = gpu.provenance()
-    write_json(a.out, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
+    write_json(a.out, {"kernel": record["kernel"], "profiled": True, "reason": None, **a.shape.as_dict(),
                        "cubin_sha256": record["cubin_sha256"], **readings, "provenance": provenance})
     m = readings["metrics"]
     print(f"{record['kernel']}: " + ", ".join(f"{key} {m[key]}" for key in ("duration_us", "lsu_pipe_pct", "registers",
@@ -225,13 +229,14 @@ def cmd_profile(a) -> None:
 def cmd_summarize(a) -> None:
     from .summary import summarize
 
-    summary, resources, profiles, meta = summarize(json.loads(a.kernels), a.checks, a.benches, a.compiled, a.gpu_arch,
-                                                   json.loads(a.case), a.sweeps, a.profiles, json.loads(a.settings))
+    summary, resources, profiles, meta = summarize(a.kernels, a.checks, a.benches, a.compiled, a.gpu_arch,
+                                                   a.case.as_dict(), a.sweeps, a.profiles, a.settings)
     out = Path(a.out_dir)
-    write_text(out / "summary.csv", summary.to_csv(index=False))
-    write_text(out / "resources.csv", resources.to_csv(index=False))
-    write_text(out / "profile.csv", profiles.to_csv(index=False))
-    write_json(out / "kernels.json", meta)
+    with staged_folder(out, list(TABLES)) as staging:  # the four together, or none
+        write_text(staging / "summary.csv", summary.to_csv(index=False))
+        write_text(staging / "resources.csv", resources.to_csv(index=False))
+        write_text(staging / "profile.csv", profiles.to_csv(index=False))
+        write_json(staging / "kernels.json", meta)
     print(f"summary of {len(meta['kernels'])} kernels written to {out}")
 
 
@@ -258,16 +263,82 @@ def cmd_wheelhouse(a) -> None:
           f"  {shlex.join(wheelhouse.install_command(a.folder, '-e', requirement))}")
 
 
+class Parser(argparse.ArgumentParser):
+    """A bad argument is one line, `error: ...`, and exit status 1, as every other error here."""
+
+    def error(self, message):
+        self.exit(1, f"error: {self.prog}: {message}\n")
+
+
+def _json(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+
+
+def _conforming(pointer: str, then=lambda value: value):
+    """An argument type: JSON (or an int, for a count) that the config schema's `pointer` takes."""
+    def parse(text: str):
+        value = _json(text)
+        try:
+            return then(conform(value, pointer, ""))
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
+def _json_of(kind: type):
+    def parse(text: str):
+        value = _json(text)
+        if not isinstance(value, kind):
+            raise argparse.ArgumentTypeError(f"not a JSON {kind.__name__}: {text!r}")
+        return value
+
+    return parse
+
+
+_shape = _conforming("$defs/shape", lambda s: Shape(**s))
+
+
+def _shapes(text: str) -> list[Shape]:
+    shapes = _json_of(list)(text)
+    if not shapes:
+        raise argparse.ArgumentTypeError("no shapes")
+    return [_shape(json.dumps(s)) for s in shapes]
+
+
+def _smallest(text: str) -> tuple[int, int]:
+    value = _json_of(list)(text)
+    if len(value) != 2:
+        raise argparse.ArgumentTypeError(f"not [B, H]: {text!r}")
+    return (_conforming("$defs/shape/properties/B")(json.dumps(value[0])),
+            _conforming("$defs/shape/properties/H")(json.dumps(value[1])))
+
+
+def _peer(text: str):
+    """A peer's config entry with its name (config.Peer.as_dict), as the rules pass it."""
+    from .config import Peer
+
+    entry = _json_of(dict)(text)
+    name = entry.pop("name", None)
+    _conforming("properties/peers/propertyNames")(json.dumps(name))
+    spec = {key: value for key, value in entry.items() if value is not None}  # as_dict's unset keys
+    return Peer(name=name, **_conforming("$defs/peer")(json.dumps(spec)))
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flashbench", description=__doc__.splitlines()[0])
+    p = Parser(prog="flashbench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("compile", help="nvcc one kernel for one arch and record ptxas's report")
     c.add_argument("--kernel", required=True)
     c.add_argument("--source", required=True)
     c.add_argument("--arch", required=True)
-    c.add_argument("--flags", default="[]", help="JSON list of nvcc flags")
-    c.add_argument("--defines", default="{}", help="JSON object of -D parameters")
+    c.add_argument("--flags", default=[], type=_conforming("properties/nvcc_flags"), help="JSON list of nvcc flags")
+    c.add_argument("--defines", default={}, type=_conforming("$defs/kernel/properties/defines"),
+                   help="JSON object of -D parameters: identifiers and numbers")
     c.add_argument("--cubin", required=True)
     c.add_argument("--record", required=True)
     c.set_defaults(run=cmd_compile)
@@ -278,28 +349,32 @@ def parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=helptext)
         s.add_argument("--cubin", help="a kernel: its cubin")
         s.add_argument("--record", help="a kernel: its compile record")
-        s.add_argument("--peer", help="a PyTorch peer instead: its config entry as JSON")
+        s.add_argument("--peer", type=_peer, help="a PyTorch peer instead: its config entry as JSON")
         s.add_argument("--out", required=True)
         s.set_defaults(run=fn)
         if name == "check":
-            s.add_argument("--shapes", required=True, help="JSON list of {B, H, S, D}")
-            s.add_argument("--inputs", default="normal", help="comma-separated kinds of input (attention.INPUT_KINDS)")
-            s.add_argument("--smallest", help="JSON [B, H]: also check a kernel at its smallest S with these")
-            s.add_argument("--factor", type=float, required=True, help="times plain fp16's error")
-            s.add_argument("--tolerance", type=float, required=True, help="cap on the whole-tensor relative error")
+            s.add_argument("--shapes", type=_shapes, required=True, help="JSON list of {B, H, S, D}")
+            s.add_argument("--inputs", default=["normal"], help="comma-separated kinds of input (attention.INPUT_KINDS)",
+                           type=lambda text: _conforming("properties/check/properties/inputs")(json.dumps(text.split(","))))
+            s.add_argument("--smallest", type=_smallest, help="JSON [B, H]: also check a kernel at its smallest S with these")
+            s.add_argument("--factor", type=_conforming("properties/check/properties/factor"), required=True,
+                           help="times plain fp16's error")
+            s.add_argument("--tolerance", type=_conforming("properties/check/properties/tolerance"), required=True,
+                           help="cap on the whole-tensor relative error")
         else:
             s.add_argument("--check", required=True, help="its check record")
-            s.add_argument(*(("--shape",) if name == "bench" else ("--shapes",)), required=True,
-                           help="JSON {B, H, S, D}" if name == "bench" else "JSON list of {B, H, S, D}")
-            s.add_argument("--steps", type=int, required=True)
-            s.add_argument("--repeats", type=int, required=True)
-            s.add_argument("--warmup", type=int, required=True)
-            s.add_argument("--graph-replays", type=int, required=True)
+            if name == "bench":
+                s.add_argument("--shape", type=_shape, required=True, help="JSON {B, H, S, D}")
+            else:
+                s.add_argument("--shapes", type=_shapes, required=True, help="JSON list of {B, H, S, D}")
+            for count in ("steps", "repeats", "warmup", "graph_replays"):  # at least 1 (warmup: 0)
+                s.add_argument(f"--{count.replace('_', '-')}", type=_conforming(f"$defs/timing/properties/{count}"),
+                               required=True)
 
     s = sub.add_parser("launch-once", help="launch a kernel once on random inputs (what the profiler runs)")
     s.add_argument("--cubin", required=True)
     s.add_argument("--record", required=True)
-    s.add_argument("--shape", required=True)
+    s.add_argument("--shape", type=_shape, required=True)
     s.set_defaults(run=cmd_launch_once, peer=None)
 
     s = sub.add_parser("profile", help="Nsight Compute readings of a kernel that passed its check")
@@ -308,20 +383,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--record", required=True)
     s.add_argument("--check", required=True)
     s.add_argument("--source", required=True, help="the kernel file, to attribute stalls to its lines")
-    s.add_argument("--shape", required=True)
+    s.add_argument("--shape", type=_shape, required=True)
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_profile)
 
     s = sub.add_parser("summarize", help="gather one GPU's records into summary.csv, resources.csv, kernels.json")
-    s.add_argument("--kernels", required=True, help="JSON list of the kernels' config entries, in table order")
+    s.add_argument("--kernels", type=_json_of(list), required=True, help="JSON list of the kernels' config entries, in table order")
     s.add_argument("--checks", nargs="+", required=True)
     s.add_argument("--benches", nargs="+", required=True)
     s.add_argument("--compiled", nargs="+", required=True)
     s.add_argument("--sweeps", nargs="*", default=[])
     s.add_argument("--profiles", nargs="*", default=[])
     s.add_argument("--gpu-arch", required=True)
-    s.add_argument("--case", required=True)
-    s.add_argument("--settings", default="{}", help="JSON: baseline, sweep settings, profile note")
+    s.add_argument("--case", type=_shape, required=True)
+    s.add_argument("--settings", type=_json_of(dict), default={}, help="JSON: baseline, sweep settings, profile note")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_summarize)
 
