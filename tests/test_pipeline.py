@@ -97,13 +97,13 @@ def test_every_gpu_job_waits_for_every_build(checkout, settings):
     assert len(compiles) == builds(settings, 2) and gpu_jobs and max(compiles) < min(gpu_jobs)
 
 
-def test_without_ncu_the_profile_is_skipped_and_said_so(checkout, settings, with_ncu):
+def test_without_ncu_the_profile_is_skipped_and_said_so(checkout, settings, with_ncu, tmp_path):
     without = {**with_ncu, "PATH": with_ncu["PATH"].split(os.pathsep, 1)[1]}
     if shutil.which("ncu", path=without["PATH"]):
         pytest.skip("an ncu is installed here")
     proc = snakemake(checkout, "-n", *H200, env=without)
     assert "profile_kernel" not in job_counts(proc.stdout)
-    proc = snakemake(checkout, "profile", *H200, env=without)
+    proc = snakemake(checkout, "profile", *H200, env=a_gpu_here(tmp_path))  # a GPU here, no ncu
     assert proc.returncode == 0 and "profile: skipped: ncu was not found on this machine" in proc.stdout
     # and config `ncu: false` turns it off where ncu is found
     proc = snakemake(checkout, "-n", *H200, "ncu=False", env=with_ncu)
@@ -307,7 +307,8 @@ def test_without_nvcc_a_compile_says_so_on_the_console(checkout):
 @NO_GPU
 def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--cubin", "x", "--record", "y",
-                           "--out", str(tmp_path / "o.json"), "--shapes", "[]", "--factor", "2", "--tolerance", "0.01"],
+                           "--out", str(tmp_path / "o.json"), "--shapes", '[{"B": 1, "H": 1, "S": 128, "D": 128}]',
+                           "--factor", "2", "--tolerance", "0.01"],
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: no NVIDIA GPU found")

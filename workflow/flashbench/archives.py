@@ -15,8 +15,8 @@ def missing_tables(folder: Path | str) -> list[str]:
     return [name for name in TABLES if not (Path(folder) / name).is_file()]
 
 
-def require_tables(folder: Path | str) -> None:
-    missing = missing_tables(folder)
+def require_tables(folder: Path | str, names=TABLES) -> None:
+    missing = [name for name in missing_tables(folder) if name in names]
     if missing:
         raise FlashbenchError(f"{folder} lacks {', '.join(missing)}: run the pipeline on that GPU first")
 

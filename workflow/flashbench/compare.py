@@ -29,7 +29,7 @@ def column(results_dir: Path | str) -> dict:
     """One GPU's column: its name, its case and method, and a cell per kernel and peer it ran
     (TFLOPS at the case, or why there is none)."""
     results_dir = Path(results_dir)
-    archives.require_tables(results_dir)
+    archives.require_tables(results_dir, ("summary.csv", "kernels.json"))
     summary, meta = read_summary(results_dir), read_json(results_dir / "kernels.json")
     case = case_rows(summary).set_index("kernel").tflops.dropna()
     measured = [k for k in meta["kernels"] if k.get("timing")]
