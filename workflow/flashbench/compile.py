@@ -119,7 +119,8 @@ def reproducible_line_info(ptx_text: str) -> str:
     own, and a checkout's file times are when it was made. Each path becomes the one in the checkout,
     its time 1 (the format's 0 means "look it up") and its size its own."""
     def entry(m):
-        return f'{m[1]}"{in_checkout(m[2])}", 1, {os.path.getsize(m[2])}'
+        size = os.path.getsize(m[2]) if os.path.isfile(m[2]) else 0  # 0: unknown, as DWARF has it
+        return f'{m[1]}"{in_checkout(m[2])}", 1, {size}'
 
     return _PTX_FILE.sub(entry, ptx_text)
 
