@@ -277,16 +277,17 @@ def _json(text: str):
         raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
 
 
-def _conforming(pointer: str, then=lambda value: value):
-    """An argument type: JSON (or an int, for a count) that the config schema's `pointer` takes."""
-    def parse(text: str):
-        value = _json(text)
-        try:
-            return then(conform(value, pointer, ""))
-        except ConfigError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
+def _schema_says(value, pointer: str):
+    """`value` if the config schema takes it at `pointer` ("$defs/shape"), else the argument's error."""
+    try:
+        return conform(value, pointer, "")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
-    return parse
+
+def _conforming(pointer: str, then=lambda value: value):
+    """An argument type: JSON (a number, for a count) that the config schema takes at `pointer`."""
+    return lambda text: then(_schema_says(_json(text), pointer))
 
 
 def _json_of(kind: type):
@@ -306,15 +307,18 @@ def _shapes(text: str) -> list[Shape]:
     shapes = _json_of(list)(text)
     if not shapes:
         raise argparse.ArgumentTypeError("no shapes")
-    return [_shape(json.dumps(s)) for s in shapes]
+    return [Shape(**_schema_says(s, "$defs/shape")) for s in shapes]
 
 
 def _smallest(text: str) -> tuple[int, int]:
     value = _json_of(list)(text)
     if len(value) != 2:
         raise argparse.ArgumentTypeError(f"not [B, H]: {text!r}")
-    return (_conforming("$defs/shape/properties/B")(json.dumps(value[0])),
-            _conforming("$defs/shape/properties/H")(json.dumps(value[1])))
+    return _schema_says(value[0], "$defs/shape/properties/B"), _schema_says(value[1], "$defs/shape/properties/H")
+
+
+def _inputs(text: str) -> list[str]:
+    return _schema_says(text.split(","), "properties/check/properties/inputs")
 
 
 def _peer(text: str):
@@ -323,9 +327,11 @@ def _peer(text: str):
 
     entry = _json_of(dict)(text)
     name = entry.pop("name", None)
-    _conforming("properties/peers/propertyNames")(json.dumps(name))
+    if not isinstance(name, str):
+        raise argparse.ArgumentTypeError(f"no name: {text!r}")
+    _schema_says(name, "properties/peers/propertyNames")
     spec = {key: value for key, value in entry.items() if value is not None}  # as_dict's unset keys
-    return Peer(name=name, **_conforming("$defs/peer")(json.dumps(spec)))
+    return Peer(name=name, **_schema_says(spec, "$defs/peer"))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -354,8 +360,8 @@ def parser() -> argparse.ArgumentParser:
         s.set_defaults(run=fn)
         if name == "check":
             s.add_argument("--shapes", type=_shapes, required=True, help="JSON list of {B, H, S, D}")
-            s.add_argument("--inputs", default=["normal"], help="comma-separated kinds of input (attention.INPUT_KINDS)",
-                           type=lambda text: _conforming("properties/check/properties/inputs")(json.dumps(text.split(","))))
+            s.add_argument("--inputs", type=_inputs, default=["normal"],
+                           help="comma-separated kinds of input (attention.INPUT_KINDS)")
             s.add_argument("--smallest", type=_smallest, help="JSON [B, H]: also check a kernel at its smallest S with these")
             s.add_argument("--factor", type=_conforming("properties/check/properties/factor"), required=True,
                            help="times plain fp16's error")

@@ -208,10 +208,9 @@ def rendered_reports():
 
 
 if not GPU_MODE:
-    archived = ARCHIVED
     print(
         f"no NVIDIA GPU found: `snakemake report` compiles the kernels and brings the reports of "
-        f"{len(archived)} archived GPU folder{'' if len(archived) == 1 else 's'} ({', '.join(archived) or 'none'}) "
+        f"{len(ARCHIVED)} archived GPU folder{'' if len(ARCHIVED) == 1 else 's'} ({', '.join(ARCHIVED) or 'none'}) "
         f"up to date; {', '.join(GPU_TARGETS[:-1])} and {GPU_TARGETS[-1]} need a GPU and stop at once without one",
         file=sys.stderr,
     )
