@@ -4,7 +4,7 @@ import re
 
 import pandas as pd
 
-from flashbench import compare
+from flashbench import compare, gpu
 
 import records
 from conftest import ROOT
@@ -81,8 +81,9 @@ def test_no_gpu_archived_yet(tmp_path):
     assert "No GPU is archived under `results/` yet" in text and (tmp_path / "compare.png").exists()
 
 
-def test_a_run_given_its_commit_says_both_commits():
-    """A copied working tree may carry a stale git: the commit the run was told it is made from is
-    named beside git's own."""
-    assert compare.commit_of({"git_commit": "abc123"}) == "abc123"
-    assert compare.commit_of({"git_commit": "abc123+dirty", "given_commit": "def456"}) == "abc123+dirty (given: def456)"
+def test_a_run_given_its_commit_is_measured_at_that_commit():
+    """A copied working tree may carry a stale git: the commit the run was told it is made from is the
+    commit, and git's own answer is named beside it."""
+    assert gpu.commits([{"git_commit": "abc123"}]) == {"measured": ["abc123"], "git_said": []}
+    assert gpu.commits([{"git_commit": "abc123+dirty", "given_commit": "def456"}]) == {
+        "measured": ["def456"], "git_said": ["abc123+dirty"]}

@@ -60,7 +60,7 @@ def test_a_kernel_that_does_not_compile_is_a_clear_error(tmp_path, settings, nee
     # nvcc's own words come first, for the console; the command and all of it, for the log
     first, nvccs = str(failed.value).splitlines()[:2]
     assert first == "compiling broken for sm_90 failed:" and nvccs.startswith(f"{broken}(2): error")
-    assert "nvcc -cubin -arch=sm_90" in failed.value.transcript.splitlines()[0]
+    assert "nvcc -ptx -arch=sm_90" in failed.value.transcript.splitlines()[0]
     assert nvccs in failed.value.transcript
 
 

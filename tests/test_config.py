@@ -61,6 +61,13 @@ def test_the_shipped_config_is_valid():
     (lambda c: c.update(ncu=True), r"'ncu': True should not be valid"),
     (lambda c: c["peers"]["unfused"].update(max_seq_len=512), r"'peers.unfused.max_seq_len': 512 is below the case's"),
     (lambda c: c.update(ncu="false"), r"'ncu': 'false' is a string; write false"),
+    # nvcc hands -D values and flags on through a shell: nothing there may run as a command
+    (lambda c: c["kernels"]["br128"]["defines"].update(Y="$(touch /tmp/x)"),
+     r"'kernels.br128.defines.Y': '\$\(touch /tmp/x\)' is not valid under any of the given schemas"),
+    (lambda c: c["kernels"]["br128"]["defines"].update(Z="`touch /tmp/y`"), r"'kernels.br128.defines.Z': '`touch"),
+    (lambda c: c["kernels"]["br128"]["defines"].update(W="1; touch /tmp/z"), r"'kernels.br128.defines.W': '1; touch"),
+    (lambda c: c["nvcc_flags"].append("-DY=$(touch /tmp/x)"), r"'nvcc_flags\[3\]': '-DY=\$\(touch /tmp/x\)' does not match"),
+    (lambda c: c["nvcc_flags"].append("-O3;touch"), r"'nvcc_flags\[3\]': '-O3;touch' does not match"),
 ])
 def test_bad_config_names_the_key(edit, message):
     with pytest.raises(ConfigError, match=message):

@@ -1,6 +1,7 @@
 """PyTorch peers: skipped with a clear record where torch is missing; on a GPU with torch, checked."""
 import importlib.util
 import json
+import os
 
 import pytest
 
@@ -16,15 +17,22 @@ HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 @pytest.mark.skipif(HAVE_TORCH, reason="torch is installed here")
 def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, monkeypatch):
+    """On a GPU (a stub nvidia-smi: the peer asks for it first) without torch."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200, 9.0'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
     peer = json.dumps(settings.peers[0].as_dict())
+    shape = json.dumps(settings.case.as_dict())
     name = settings.peers[0].name  # each record is filed under its kernel's or peer's name
     check, bench = tmp_path / "check" / f"{name}.json", tmp_path / "bench" / f"{name}.json"
-    assert main(["check", "--peer", peer, "--shapes", "[]", "--factor", "2", "--tolerance", "0.005",
+    assert main(["check", "--peer", peer, "--shapes", f"[{shape}]", "--factor", "2", "--tolerance", "0.005",
                  "--out", str(check)]) == 0
     record = json.loads(check.read_text())
     assert record == {"kernel": settings.peers[0].name, "gate": {"factor": 2.0, "tolerance": 0.005}, "passed": False,
                       "skipped": "torch is not installed", "reason": "skipped: torch is not installed", "shapes": []}
-    assert main(["bench", "--peer", peer, "--check", str(check), "--shape", "{}", "--steps", "1", "--repeats", "1",
+    assert main(["bench", "--peer", peer, "--check", str(check), "--shape", shape, "--steps", "1", "--repeats", "1",
                  "--warmup", "0", "--graph-replays", "1", "--out", str(bench)]) == 0
     assert json.loads(bench.read_text()) == {"kernel": settings.peers[0].name, "timed": False,
                                              "reason": "skipped: torch is not installed"}
@@ -34,7 +42,7 @@ def test_flashattention_is_skipped_with_its_reason_where_its_package_is_missing(
     flash_attn_cute = next(p for p in settings.peers if p.backend == peers.FLASH_ATTN_CUTE)
     sdpa = next(p for p in settings.peers if p.backend == "auto")
     installed = {"torch"}
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name in installed else None)
+    monkeypatch.setattr(peers, "installed_version", lambda name: "1.0" if name in installed else None)
     with pytest.raises(peers.PeerUnavailable, match="flash-attn-4 .* is not installed"):
         peers.require(flash_attn_cute)
     peers.require(sdpa)  # torch alone is enough for SDPA

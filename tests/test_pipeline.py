@@ -102,13 +102,13 @@ def test_every_gpu_job_waits_for_every_build(checkout, settings):
     assert len(compiles) == builds(settings, 2) and gpu_jobs and max(compiles) < min(gpu_jobs)
 
 
-def test_without_ncu_the_profile_is_skipped_and_said_so(checkout, settings, with_ncu):
+def test_without_ncu_the_profile_is_skipped_and_said_so(checkout, settings, with_ncu, tmp_path):
     without = {**with_ncu, "PATH": with_ncu["PATH"].split(os.pathsep, 1)[1]}
     if shutil.which("ncu", path=without["PATH"]):
         pytest.skip("an ncu is installed here")
     proc = snakemake(checkout, "-n", *H200, env=without)
     assert "profile_kernel" not in job_counts(proc.stdout)
-    proc = snakemake(checkout, "profile", *H200, env=without)
+    proc = snakemake(checkout, "profile", *H200, env=a_gpu_here(tmp_path))  # a GPU here, no ncu
     assert proc.returncode == 0 and "profile: skipped: ncu was not found on this machine" in proc.stdout
     # and config `ncu: false` turns it off where ncu is found
     proc = snakemake(checkout, "-n", *H200, "ncu=False", env=with_ncu)
@@ -296,7 +296,7 @@ def test_a_kernel_that_does_not_compile_shows_nvccs_error_on_the_console(checkou
     at = console.index("error: compiling v11 for sm_90 failed:")
     assert re.match(r"error: compiling v11 for sm_90 failed:\nkernels/v11\.cu\(\d+\): error: ", console[at:])
     log = (checkout / "logs" / "compile" / "sm_90" / "v11.log").read_text()
-    assert "-cubin -arch=sm_90" in log.splitlines()[0]  # the command, then all nvcc said, then the error
+    assert "-ptx -arch=sm_90" in log.splitlines()[0]  # the command, then all nvcc said, then the error
     assert log.count("this is not CUDA") == 2 and log.rstrip().endswith('in the compilation of "kernels/v11.cu".')
     assert not (checkout / "build" / "sm_90" / "v11.json").exists()
 
@@ -314,7 +314,8 @@ def test_without_nvcc_a_compile_says_so_on_the_console(checkout):
 @NO_GPU
 def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--cubin", "x", "--record", "y",
-                           "--out", str(tmp_path / "o.json"), "--shapes", "[]", "--factor", "2", "--tolerance", "0.01"],
+                           "--out", str(tmp_path / "o.json"), "--shapes", '[{"B": 1, "H": 1, "S": 128, "D": 128}]',
+                           "--factor", "2", "--tolerance", "0.01"],
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: no NVIDIA GPU found")
@@ -368,3 +369,89 @@ def test_the_slurm_profile_asks_one_gpu_of_one_kind_for_the_gpu_stages_alone(che
     profile = yaml.safe_load(SLURM_PROFILE.read_text())
     assert profile["executor"] == "slurm"
     assert set(profile["set-resources"]) == GPU_RULES  # every entry names a GPU rule: no typo goes unnoticed
+
+
+def archive_files(checkout) -> dict:
+    return {str(p.relative_to(checkout)): p.read_bytes() for name in ("results", "reports")
+            for p in sorted((checkout / name).rglob("*")) if p.is_file()}
+
+
+def as_cloned(checkout):
+    """The archive older than the code, as git leaves a fresh clone (results/ and reports/ are written
+    before workflow/): on a GPU every stage is due."""
+    long_ago = time.time() - 2 * 86400
+    for path in [*(checkout / "results").rglob("*"), *(checkout / "reports").rglob("*")]:
+        os.utime(path, (long_ago, long_ago))
+    return checkout
+
+
+@NO_GPU
+def test_a_gpu_named_in_config_but_not_found_stops_before_any_job_and_the_archive_stays(checkout, tmp_path, settings):
+    """README's SLURM command without the profile, on a machine without a GPU: refused before any job,
+    so no record is deleted or overwritten, and on the GPU every kernel and peer is still due."""
+    checkout = as_cloned(with_archive(checkout))
+    archived = archive_files(checkout)
+    proc = snakemake(checkout, "report", "--keep-going", *H200)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "error: config names the GPU nvidia-h200 (sm_90), but no NVIDIA GPU is found here and jobs run here")
+    assert "Finished job" not in proc.stderr and not (checkout / "build").exists()
+    assert archive_files(checkout) == archived
+    counts = job_counts(snakemake(checkout, "-n", env=a_gpu_here(tmp_path)).stdout)
+    assert (counts["check_kernel"], counts["check_peer"]) == (len(settings.kernels), len(settings.peers))
+
+
+@NO_GPU
+def test_a_gpu_job_that_fails_leaves_its_archived_record_as_it_was(built_checkout, tmp_path):
+    checkout = with_archive(built_checkout)
+    record = checkout / "results" / "nvidia-h200" / "check" / "v11.json"
+    archived = record.read_bytes()
+    proc = snakemake(checkout, "-c1", "-f", record.relative_to(checkout), env=a_gpu_here(tmp_path))  # CUDA fails
+    assert proc.returncode != 0 and "error: CUDA failed in check" in proc.stdout + proc.stderr
+    assert record.read_bytes() == archived
+
+
+@NO_GPU
+@pytest.mark.parametrize("table", ["summary.csv", "kernels.json"])
+def test_a_damaged_archive_deletes_no_report(checkout, table):
+    checkout = with_archive(checkout)
+    damaged = checkout / "results" / "nvidia-h200" / table
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 3])
+    def report_files():
+        return {path: data for path, data in archive_files(checkout).items() if path.startswith("reports/nvidia-h200/")}
+
+    reports = report_files()
+    assert len(reports) == 7
+    proc = snakemake(checkout, "reports/nvidia-h200/report.md")
+    assert proc.returncode != 0
+    assert report_files() == reports
+
+
+@NO_GPU
+def test_a_folder_under_results_that_is_no_archive_is_skipped_saying_so(checkout):
+    checkout = with_archive(checkout)
+    shutil.copytree(checkout / "results" / "nvidia-h200", checkout / "results" / "nvidia-h200.bak")
+    proc = snakemake(checkout, "-n")
+    assert proc.returncode == 0, proc.stderr
+    assert ("results/nvidia-h200.bak: not a GPU archive (not a GPU's folder name, such as nvidia-h200), skipped"
+            in proc.stderr.splitlines())
+    assert job_counts(proc.stdout)["render_report"] == len(ARCHIVED)
+
+
+@NO_GPU
+def test_a_peer_skipped_for_want_of_torch_is_checked_again_once_torch_is_installed(built_checkout, tmp_path):
+    from flashbench.peers import installed_version
+
+    if installed_version("torch") is not None:
+        pytest.skip("torch is installed here")
+    checkout, env = with_archive(built_checkout), a_gpu_here(tmp_path)
+    record = "results/nvidia-h200/check/sdpa_auto.json"
+    assert snakemake(checkout, "-c1", "-f", record, env=env).returncode == 0  # the GPU's there, torch is not
+    assert json.loads((checkout / record).read_text())["skipped"] == "torch is not installed"
+    assert "Nothing to be done" in snakemake(checkout, "-n", record, env=env).stdout
+    site = tmp_path / "site" / "torch-9.9.dist-info"  # what pip leaves of a torch (its import is not needed)
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9\n")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--nolock", "-n", record], cwd=checkout,
+                          env={**env, "PYTHONPATH": str(site.parent)}, capture_output=True, text=True)
+    assert job_counts(proc.stdout) == {"check_peer": 1}, proc.stderr

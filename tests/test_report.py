@@ -117,7 +117,7 @@ def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path):
     failed_check = paths["checks"][1]
     out = tmp_path / "bench.json"
     assert main(["bench", "--cubin", "none", "--record", "none", "--check", str(failed_check), "--out", str(out),
-                 "--shape", "{}", "--steps", "1", "--repeats", "1", "--warmup", "0", "--graph-replays", "1"]) == 0
+                 "--shape", json.dumps(records.CASE), "--steps", "1", "--repeats", "1", "--warmup", "0", "--graph-replays", "1"]) == 0
     record = json.loads(out.read_text())
     assert record["timed"] is False and record["reason"].startswith("failed its check")
     assert "timing" not in record

@@ -151,7 +151,7 @@ def test_timing_refuses_a_check_that_passed_though_a_shape_failed(tmp_path, caps
     paths = records.write(tmp_path, TFLOPS)
     check = path_of(paths, "checks", "v12")
     edit(check, fail_a_shape)
-    for stage, shape in (("bench", ["--shape", json.dumps(records.CASE)]), ("sweep", ["--shapes", "[]"])):
+    for stage, shape in (("bench", ["--shape", json.dumps(records.CASE)]), ("sweep", ["--shapes", f"[{json.dumps(records.CASE)}]"])):
         out = tmp_path / f"{stage}.json"
         assert main([stage, "--cubin", "v12.cubin", "--record", "v12.json", "--check", str(check), "--out", str(out),
                      *shape, "--steps", "1", "--repeats", "1", "--warmup", "0", "--graph-replays", "1"]) == 1
@@ -284,3 +284,24 @@ def test_a_row_of_a_kernel_kernels_json_does_not_list_is_refused(rendered):
     summary.loc[summary.kernel == "v12", "kernel"] = "<img src=x onerror=alert(1)>"
     summary.to_csv(out / "summary.csv", index=False)
     refused_by_both(out, reports, "<img src=x onerror=alert(1)> is not among the kernels of kernels.json")
+
+
+def test_a_head_to_head_whose_rounds_are_not_paired_or_a_count_without_the_case_is_refused(tmp_path):
+    from flashbench.validation import BadRecord, read_record
+
+    point = records.head_to_head_record(records.CASE, {"v15": 590.0, "sdpa_auto": 560.0}, seed=0)
+    path = tmp_path / "S1024.json"
+    write_json(path, point)
+    assert read_record(path, "head_to_head", records.EXPECTED)["is_case"]
+    point["contestants"]["v15"]["rounds"].pop()
+    write_json(path, point)
+    with pytest.raises(BadRecord, match="key 'contestants': rounds differ between contestants"):
+        read_record(path, "head_to_head", records.EXPECTED)
+    counts = records.cycles_record("v15", [{**records.CASE, "S": 2048}], 590.0)
+    write_json(tmp_path / "v15.json", counts)
+    with pytest.raises(BadRecord, match="key 'points': no count at the case"):
+        read_record(tmp_path / "v15.json", "cycles", records.EXPECTED)
+    counts["points"][0]["cycles"] = -1.0
+    write_json(tmp_path / "v15.json", counts)
+    with pytest.raises(BadRecord, match=r"key 'points\[0\]\.cycles'"):
+        read_record(tmp_path / "v15.json", "cycles")

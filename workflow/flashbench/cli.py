@@ -15,8 +15,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import FlashbenchError
-from .config import Shape
-from .files import read_json, sha256, write_json, write_text
+from .archives import TABLES
+from .config import ConfigError, Shape, conform
+from .files import read_json, sha256, staged_folder, write_json, write_text
 from .validation import Expected, read_record
 
 
@@ -33,7 +34,7 @@ def cmd_compile(a) -> None:
     # Builds run beside each other but never beside a GPU job: every GPU's lock, shared.
     with gpulock.hold_shared(gpu.all_bus_ids(), f"compile {a.kernel} {a.arch}", progress=_progress):
         try:
-            record = compile_kernel(a.kernel, a.source, a.arch, json.loads(a.flags), json.loads(a.defines), a.cubin)
+            record = compile_kernel(a.kernel, a.source, a.arch, a.flags, a.defines, a.cubin)
         except CommandFailed as e:
             print(e.transcript, end="", flush=True)
             raise
@@ -81,9 +82,8 @@ def _implementation(peer: str | None, cubin: str | None, record_path: str | None
 
     if peer:
         from . import peers
-        from .config import Peer
 
-        return peers.make(Peer(**json.loads(peer)))
+        return peers.make(peer)
     import cupy as cp
 
     record = read_record(record_path, "compile")
@@ -96,16 +96,16 @@ def _implementation(peer: str | None, cubin: str | None, record_path: str | None
 
 
 def _name(a) -> str:
-    return json.loads(a.peer)["name"] if a.peer else read_record(a.record, "compile")["kernel"]
+    return a.peer.name if a.peer else read_record(a.record, "compile")["kernel"]
 
 
 def cmd_check(a) -> None:
     from . import gpu
     from .check import Gate, check_kernel
-    from .config import Peer
     from .peers import PeerUnavailable, require
 
     gate = Gate(factor=a.factor, tolerance=a.tolerance)
+    gpu.require()  # a missing GPU fails the stage; only what stays true on a GPU is recorded as skipped
 
     def skipped(reason) -> None:  # no torch, another GPU's kernel, no library kernel here: the run goes on
         name = _name(a)
@@ -115,7 +115,7 @@ def cmd_check(a) -> None:
 
     try:
         if a.peer:
-            require(Peer(**json.loads(a.peer)))
+            require(a.peer)
         else:
             _runnable_here(a.record)
     except (PeerUnavailable, NotRunnableHere) as e:
@@ -125,9 +125,7 @@ def cmd_check(a) -> None:
             kernel = _kernel(a)
         except PeerUnavailable as e:  # the library imports, but has no kernel for this GPU
             return skipped(e)
-        shapes = [Shape(**s) for s in json.loads(a.shapes)]
-        result = check_kernel(kernel, shapes, gate, kinds=a.inputs.split(","),
-                              smallest=tuple(json.loads(a.smallest)) if a.smallest else None, progress=_progress)
+        result = check_kernel(kernel, a.shapes, gate, kinds=a.inputs, smallest=a.smallest, progress=_progress)
         write_json(a.out, {**result, **kernel.identity, "provenance": gpu.provenance()})
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
 
@@ -176,9 +174,8 @@ def cmd_bench(a) -> None:
     from .timing import bench
 
     def run(kernel, seed, sampler):
-        shape = Shape(**json.loads(a.shape))
-        _progress(f"bench {kernel.name}: {shape}, {a.steps}-step method + {a.repeats} timed calls + graph")
-        timing = bench(kernel, shape, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler)
+        _progress(f"bench {kernel.name}: {a.shape}, {a.steps}-step method + {a.repeats} timed calls + graph")
+        timing = bench(kernel, a.shape, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler)
         print(f"{kernel.name}: {timing['tflops']:.1f} TFLOPS ({a.steps}-step), median {timing['tflops_median']:.1f}, "
               f"graph {timing['tflops_graph']:.1f}" + (" THROTTLED" if timing["clocks"]["throttled"] else ""))
         return {"timing": timing}
@@ -190,8 +187,7 @@ def cmd_sweep(a) -> None:
     from .timing import sweep
 
     def run(kernel, seed, sampler):
-        shapes = [Shape(**s) for s in json.loads(a.shapes)]
-        points = sweep(kernel, shapes, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler,
+        points = sweep(kernel, a.shapes, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler,
                        progress=_progress)
         print(f"{kernel.name}: timed at {sum(p['timed'] for p in points)} of {len(points)} lengths")
         return {"points": points}
@@ -205,8 +201,7 @@ def cmd_launch_once(a) -> None:
 
     with _gpu_held(f"launch-once {_name(a)}"):  # under `profile`, its parent holds the GPU already
         kernel = _kernel(a)
-        shape = Shape(**json.loads(a.shape))
-        kernel(*kernel.inputs(shape, cp.random.default_rng(0)))
+        kernel(*kernel.inputs(a.shape, cp.random.default_rng(0)))
         cp.cuda.runtime.deviceSynchronize()
 
 
@@ -219,16 +214,15 @@ def cmd_profile(a) -> None:
         return
     record = read_record(a.record, "compile")
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
-    shape = Shape(**json.loads(a.shape))
     with _gpu_held(f"profile {record['kernel']}"):
         try:
-            readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(a.source), shape, progress=_progress)
+            readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(a.source), a.shape, progress=_progress)
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
             write_json(a.out, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
             print(f"{check['kernel']}: not profiled, {e}")
             return
         provenance = gpu.provenance()
-    write_json(a.out, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
+    write_json(a.out, {"kernel": record["kernel"], "profiled": True, "reason": None, **a.shape.as_dict(),
                        "cubin_sha256": record["cubin_sha256"], **readings, "provenance": provenance})
     m = readings["metrics"]
     print(f"{record['kernel']}: " + ", ".join(f"{key} {m[key]}" for key in ("duration_us", "lsu_pipe_pct", "registers",
@@ -244,7 +238,9 @@ def cmd_head_to_head(a) -> None:
     from .clocks import ClockSampler, EnergyCounter
     from .headtohead import measure
 
-    shape, entries = Shape(**json.loads(a.shape)), json.loads(a.contestants)
+    from .config import Peer
+
+    shape, entries = a.shape, a.contestants
     excluded, admitted = {}, []
     for entry in entries:
         check = read_record(entry["check"], "check")
@@ -257,15 +253,16 @@ def cmd_head_to_head(a) -> None:
 
         impls = []
         for entry, check in admitted:
-            impl = _implementation(entry.get("peer"), entry.get("cubin"), entry.get("record"))
+            peer = Peer(**entry["peer"]) if "peer" in entry else None
+            impl = _implementation(peer, entry.get("cubin"), entry.get("record"))
             _same_as_checked(impl.name, impl.identity, check)
             impls.append(impl)
         bus_id = cp.cuda.Device().pci_bus_id
         with ClockSampler(bus_id) as sampler:
-            record = measure(impls, shape, json.loads(a.settings), secrets.randbits(32), sampler,
+            record = measure(impls, shape, a.settings, secrets.randbits(32), sampler,
                              EnergyCounter.open(bus_id), progress=_progress) if impls else None
         write_json(a.out, {**(record or {**shape.as_dict(), "order": [], "contestants": {}}),
-                           "is_case": shape.as_dict() == json.loads(a.case), "excluded": excluded,
+                           "is_case": shape == a.case, "excluded": excluded,
                            "provenance": gpu.provenance()})
     print(f"head-to-head at {shape}: {len(impls)} contestants" + (f", {len(excluded)} left out" if excluded else ""))
 
@@ -281,12 +278,11 @@ def cmd_cycles(a) -> None:
     check = read_record(a.check, "check")
     if _refused(check, a.out, "counted"):
         return
-    shapes = [Shape(**s) for s in json.loads(a.shapes)]
     with _gpu_held(f"cycles {check['kernel']}"), tempfile.TemporaryDirectory() as tmp:
         identity_file = Path(tmp) / "identity.json"
-        target = (["--peer", a.peer] if a.peer else ["--cubin", a.cubin, "--record", a.record]) + \
+        target = (["--peer", json.dumps(a.peer.as_dict())] if a.peer else ["--cubin", a.cubin, "--record", a.record]) + \
             ["--identity-out", str(identity_file)]
-        readings = count(a.ncu, target, shapes, a.launches, progress=_progress)
+        readings = count(a.ncu, target, a.shapes, a.launches, progress=_progress)
         identity = read_json(identity_file)
         _same_as_checked(check["kernel"], identity, check)
         provenance = gpu.provenance()
@@ -303,31 +299,31 @@ def cmd_launch_marked(a) -> None:
         impl = _kernel(a)
         if a.identity_out:
             write_json(a.identity_out, impl.identity)
-        launch_marked(impl, [Shape(**s) for s in json.loads(a.shapes)], a.launches)
+        launch_marked(impl, a.shapes, a.launches)
 
 
 def cmd_summarize(a) -> None:
-    from .summary import summarize
-
     from . import cycles, headtohead
-    from .summary import belong_together, builds_run_here
+    from .summary import belong_together, builds_run_here, summarize
 
-    kernels, case, settings = json.loads(a.kernels), json.loads(a.case), json.loads(a.settings)
-    summary, resources, profiles, meta = summarize(kernels, a.checks, a.benches, a.compiled, a.gpu_arch, case,
-                                                   a.sweeps, a.profiles, settings, expected=Expected.from_json(a.expected))
-    points = [read_json(p) for p in a.head_to_heads]
-    counts = [read_json(p) for p in a.cycles]
+    expected = Expected.from_json(a.expected)
+    summary, resources, profiles, meta = summarize(a.kernels, a.checks, a.benches, a.compiled, a.gpu_arch,
+                                                   a.case.as_dict(), a.sweeps, a.profiles, a.settings, expected=expected)
+    points = [read_record(p, "head_to_head", expected) for p in a.head_to_heads]
+    counts = [read_record(p, "cycles", expected) for p in a.cycles]
     compiled = [read_json(p) for p in a.compiled]
     # one GPU and the cubins built now, as for the records summarize read: each point's contestants too
     belong_together(compiled, builds_run_here(compiled, a.gpu_arch), check={r["kernel"]: r for r in map(read_json, a.checks)},
                     cycles={r["kernel"]: r for r in counts},
                     **{f"head_to_head/S{p['S']}": headtohead.as_records(p) for p in points})
     tables = {"summary": summary, "resources": resources, "profile": profiles,
-              "head_to_head": headtohead.table(points, settings), "cycles": cycles.table(counts, kernels, case)}
+              "head_to_head": headtohead.table(points, a.settings),
+              "cycles": cycles.table(counts, a.kernels, a.case.as_dict())}
     out = Path(a.out_dir)
-    for name, table in tables.items():
-        write_text(out / f"{name}.csv", table.to_csv(index=False))
-    write_json(out / "kernels.json", meta)
+    with staged_folder(out, [f"{name}.csv" for name in tables] + ["kernels.json"]) as staging:  # all, or none
+        for name, table in tables.items():
+            write_text(staging / f"{name}.csv", table.to_csv(index=False))
+        write_json(staging / "kernels.json", meta)
     print(f"summary of {len(meta['kernels'])} kernels written to {out}")
 
 
@@ -354,16 +350,88 @@ def cmd_wheelhouse(a) -> None:
           f"  {shlex.join(wheelhouse.install_command(a.folder, '-e', requirement))}")
 
 
+class Parser(argparse.ArgumentParser):
+    """A bad argument is one line, `error: ...`, and exit status 1, as every other error here."""
+
+    def error(self, message):
+        self.exit(1, f"error: {self.prog}: {message}\n")
+
+
+def _json(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+
+
+def _schema_says(value, pointer: str):
+    """`value` if the config schema takes it at `pointer` ("$defs/shape"), else the argument's error."""
+    try:
+        return conform(value, pointer, "")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _conforming(pointer: str, then=lambda value: value):
+    """An argument type: JSON (a number, for a count) that the config schema takes at `pointer`."""
+    return lambda text: then(_schema_says(_json(text), pointer))
+
+
+def _json_of(kind: type):
+    def parse(text: str):
+        value = _json(text)
+        if not isinstance(value, kind):
+            raise argparse.ArgumentTypeError(f"not a JSON {kind.__name__}: {text!r}")
+        return value
+
+    return parse
+
+
+_shape = _conforming("$defs/shape", lambda s: Shape(**s))
+
+
+def _shapes(text: str) -> list[Shape]:
+    shapes = _json_of(list)(text)
+    if not shapes:
+        raise argparse.ArgumentTypeError("no shapes")
+    return [Shape(**_schema_says(s, "$defs/shape")) for s in shapes]
+
+
+def _smallest(text: str) -> tuple[int, int]:
+    value = _json_of(list)(text)
+    if len(value) != 2:
+        raise argparse.ArgumentTypeError(f"not [B, H]: {text!r}")
+    return _schema_says(value[0], "$defs/shape/properties/B"), _schema_says(value[1], "$defs/shape/properties/H")
+
+
+def _inputs(text: str) -> list[str]:
+    return _schema_says(text.split(","), "properties/check/properties/inputs")
+
+
+def _peer(text: str):
+    """A peer's config entry with its name (config.Peer.as_dict), as the rules pass it."""
+    from .config import Peer
+
+    entry = _json_of(dict)(text)
+    name = entry.pop("name", None)
+    if not isinstance(name, str):
+        raise argparse.ArgumentTypeError(f"no name: {text!r}")
+    _schema_says(name, "properties/peers/propertyNames")
+    spec = {key: value for key, value in entry.items() if value is not None}  # as_dict's unset keys
+    return Peer(name=name, **_schema_says(spec, "$defs/peer"))
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flashbench", description=__doc__.splitlines()[0])
+    p = Parser(prog="flashbench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("compile", help="nvcc one kernel for one arch and record ptxas's report")
     c.add_argument("--kernel", required=True)
     c.add_argument("--source", required=True)
     c.add_argument("--arch", required=True)
-    c.add_argument("--flags", default="[]", help="JSON list of nvcc flags")
-    c.add_argument("--defines", default="{}", help="JSON object of -D parameters")
+    c.add_argument("--flags", default=[], type=_conforming("properties/nvcc_flags"), help="JSON list of nvcc flags")
+    c.add_argument("--defines", default={}, type=_conforming("$defs/kernel/properties/defines"),
+                   help="JSON object of -D parameters: identifiers and numbers")
     c.add_argument("--cubin", required=True)
     c.add_argument("--record", required=True)
     c.set_defaults(run=cmd_compile)
@@ -374,28 +442,32 @@ def parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=helptext)
         s.add_argument("--cubin", help="a kernel: its cubin")
         s.add_argument("--record", help="a kernel: its compile record")
-        s.add_argument("--peer", help="a PyTorch peer instead: its config entry as JSON")
+        s.add_argument("--peer", type=_peer, help="a PyTorch peer instead: its config entry as JSON")
         s.add_argument("--out", required=True)
         s.set_defaults(run=fn)
         if name == "check":
-            s.add_argument("--shapes", required=True, help="JSON list of {B, H, S, D}")
-            s.add_argument("--inputs", default="normal", help="comma-separated kinds of input (attention.INPUT_KINDS)")
-            s.add_argument("--smallest", help="JSON [B, H]: also check a kernel at its smallest S with these")
-            s.add_argument("--factor", type=float, required=True, help="times plain fp16's error")
-            s.add_argument("--tolerance", type=float, required=True, help="cap on the whole-tensor relative error")
+            s.add_argument("--shapes", type=_shapes, required=True, help="JSON list of {B, H, S, D}")
+            s.add_argument("--inputs", type=_inputs, default=["normal"],
+                           help="comma-separated kinds of input (attention.INPUT_KINDS)")
+            s.add_argument("--smallest", type=_smallest, help="JSON [B, H]: also check a kernel at its smallest S with these")
+            s.add_argument("--factor", type=_conforming("properties/check/properties/factor"), required=True,
+                           help="times plain fp16's error")
+            s.add_argument("--tolerance", type=_conforming("properties/check/properties/tolerance"), required=True,
+                           help="cap on the whole-tensor relative error")
         else:
             s.add_argument("--check", required=True, help="its check record")
-            s.add_argument(*(("--shape",) if name == "bench" else ("--shapes",)), required=True,
-                           help="JSON {B, H, S, D}" if name == "bench" else "JSON list of {B, H, S, D}")
-            s.add_argument("--steps", type=int, required=True)
-            s.add_argument("--repeats", type=int, required=True)
-            s.add_argument("--warmup", type=int, required=True)
-            s.add_argument("--graph-replays", type=int, required=True)
+            if name == "bench":
+                s.add_argument("--shape", type=_shape, required=True, help="JSON {B, H, S, D}")
+            else:
+                s.add_argument("--shapes", type=_shapes, required=True, help="JSON list of {B, H, S, D}")
+            for count in ("steps", "repeats", "warmup", "graph_replays"):  # at least 1 (warmup: 0)
+                s.add_argument(f"--{count.replace('_', '-')}", type=_conforming(f"$defs/timing/properties/{count}"),
+                               required=True)
 
     s = sub.add_parser("launch-once", help="launch a kernel once on random inputs (what the profiler runs)")
     s.add_argument("--cubin", required=True)
     s.add_argument("--record", required=True)
-    s.add_argument("--shape", required=True)
+    s.add_argument("--shape", type=_shape, required=True)
     s.set_defaults(run=cmd_launch_once, peer=None)
 
     s = sub.add_parser("profile", help="Nsight Compute readings of a kernel that passed its check")
@@ -404,16 +476,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--record", required=True)
     s.add_argument("--check", required=True)
     s.add_argument("--source", required=True, help="the kernel file, to attribute stalls to its lines")
-    s.add_argument("--shape", required=True)
+    s.add_argument("--shape", type=_shape, required=True)
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_profile)
 
     s = sub.add_parser("head-to-head", help="the headline versions against the rivals at one shape, paired")
-    s.add_argument("--contestants", required=True,
-                   help="JSON list of {check, and cubin + record (a kernel) or peer (its config entry as JSON)}")
-    s.add_argument("--shape", required=True, help="JSON {B, H, S, D}")
-    s.add_argument("--case", required=True, help="JSON {B, H, S, D} of the case")
-    s.add_argument("--settings", required=True, help="JSON: config's head_to_head")
+    s.add_argument("--contestants", type=_json_of(list), required=True,
+                   help="JSON list of {check, and cubin + record (a kernel) or peer (its config entry)}")
+    s.add_argument("--shape", type=_shape, required=True, help="JSON {B, H, S, D}")
+    s.add_argument("--case", type=_shape, required=True, help="JSON {B, H, S, D} of the case")
+    s.add_argument("--settings", type=_conforming("properties/head_to_head"), required=True,
+                   help="JSON: config's head_to_head")
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_head_to_head)
 
@@ -422,9 +495,9 @@ def parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=helptext)
         s.add_argument("--cubin", help="a kernel: its cubin")
         s.add_argument("--record", help="a kernel: its compile record")
-        s.add_argument("--peer", help="a peer instead: its config entry as JSON")
-        s.add_argument("--shapes", required=True, help="JSON list of {B, H, S, D}")
-        s.add_argument("--launches", type=int, required=True)
+        s.add_argument("--peer", type=_peer, help="a peer instead: its config entry as JSON")
+        s.add_argument("--shapes", type=_shapes, required=True, help="JSON list of {B, H, S, D}")
+        s.add_argument("--launches", type=_conforming("properties/cycles/properties/launches"), required=True)
         s.set_defaults(run=fn)
         if name == "cycles":
             s.add_argument("--ncu", required=True, help="the ncu executable")
@@ -434,7 +507,7 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("--identity-out", help="write what ran (cubin hash, library versions) here")
 
     s = sub.add_parser("summarize", help="gather one GPU's records into summary.csv, resources.csv, kernels.json")
-    s.add_argument("--kernels", required=True, help="JSON list of the kernels' config entries, in table order")
+    s.add_argument("--kernels", type=_json_of(list), required=True, help="JSON list of the kernels' config entries, in table order")
     s.add_argument("--checks", nargs="+", required=True)
     s.add_argument("--benches", nargs="+", required=True)
     s.add_argument("--compiled", nargs="+", required=True)
@@ -443,8 +516,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--head-to-heads", nargs="*", default=[])
     s.add_argument("--cycles", nargs="*", default=[])
     s.add_argument("--gpu-arch", required=True)
-    s.add_argument("--case", required=True)
-    s.add_argument("--settings", default="{}", help="JSON: baseline, sweep settings, profile note")
+    s.add_argument("--case", type=_shape, required=True)
+    s.add_argument("--settings", type=_json_of(dict), default={}, help="JSON: baseline, sweep settings, profile note")
     s.add_argument("--expected", required=True, help="JSON: what the records must show (validation.Expected)")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_summarize)

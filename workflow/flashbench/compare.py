@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from . import archives
 from .files import write_text
+from .gpu import commits
 from .report import PUBLISHED, bars_figure, fill, read_summary
 from .summary import case_rows
 
@@ -23,17 +25,11 @@ def not_timed_because(kernel: dict) -> str:
     return "not timed" if kernel["check_passed"] else "failed check"
 
 
-def commit_of(provenance: dict) -> str:
-    """The commit a timing was made at, as recorded: git's own, and the one given to the run
-    (FLASHBENCH_GIT_COMMIT) where the two differ."""
-    given = provenance.get("given_commit")
-    return provenance["git_commit"] + (f" (given: {given})" if given else "")
-
-
 def column(results_dir: Path | str) -> dict:
     """One GPU's column: its name, its case and method, and a cell per kernel and peer it ran
     (TFLOPS at the case, or why there is none)."""
     results_dir = Path(results_dir)
+    archives.require_tables(results_dir, ("summary.csv", "kernels.json"))
     summary, meta = read_summary(results_dir)
     case = case_rows(summary).set_index("kernel").tflops.dropna()
     measured = [k for k in meta["kernels"] if k.get("timing")]
@@ -42,7 +38,7 @@ def column(results_dir: Path | str) -> dict:
         "name": measured[0]["provenance"]["gpu"] if measured else results_dir.name,
         "case": meta["case"],
         "steps": sorted({k["timing"]["steps"] for k in measured}),
-        "commits": sorted({commit_of(k["provenance"]) for k in measured}),
+        "commits": commits([k["provenance"] for k in measured]),
         "kernels": meta["kernels"],
         "cells": {k["name"]: float(case[k["name"]]) if k["name"] in case else not_timed_because(k)
                   for k in meta["kernels"]},
@@ -77,9 +73,9 @@ def render(results_dirs: list[Path | str], template: Path | str, table: Path | s
             for r in table_rows for c, cell in zip(columns, r["cells"]) if isinstance(cell, float)]
     bars += [{"kernel": r["name"], "TFLOPS": r["published"], "source": PUBLISHED}
              for r in table_rows if r["published"] is not None]
-    figure.parent.mkdir(parents=True, exist_ok=True)
+    text = fill(template, columns=columns, rows=table_rows, published=PUBLISHED,
+                figure=os.path.relpath(figure, table.parent))
     bars_figure(bars, [r["name"] for r in table_rows],
                 "Attention forward at the case, fp16: every archived GPU and the write-up's B300", figure)
-    write_text(table, fill(template, columns=columns, rows=table_rows, published=PUBLISHED,
-                           figure=os.path.relpath(figure, table.parent)))
+    write_text(table, text)
     return table

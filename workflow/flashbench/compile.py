@@ -6,6 +6,8 @@ its FLASH_LAUNCH_CONTRACT put into the cubin.
 """
 from __future__ import annotations
 
+import os
+import re
 import shlex
 import shutil
 import struct
@@ -13,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from . import FlashbenchError, elf, occupancy, ptxas
+from .config import conform
 from .files import sha256
 
 ENTRY = "flash_attention_forward"
@@ -45,6 +48,13 @@ class CommandFailed(FlashbenchError):
 
 def define_flags(defines: dict) -> list[str]:
     return [f"-D{name}={value}" for name, value in sorted(defines.items())]
+
+
+def check_options(flags: list[str], defines: dict) -> None:
+    """nvcc hands its flags and -D values on through a shell: only the config schema's plain options,
+    identifiers and numbers are taken (`$(...)` or a `;` would run as a command)."""
+    conform(flags, "properties/nvcc_flags", "nvcc flags")
+    conform(defines, "$defs/kernel/properties/defines", "defines")
 
 
 # Why a kernel built only for an arch-specific target does not run on another GPU.
@@ -81,9 +91,38 @@ def arch_flags(arch: str) -> list[str]:
     return [f"-arch={arch}"]
 
 
-def cubin_command(source: Path, arch: str, flags: list[str], defines: dict, cubin: Path) -> list[str]:
-    return [nvcc(), "-cubin", *arch_flags(arch), *flags, "-Xptxas", "-v", *define_flags(defines),
-            "-I", str(source.parent), "-o", str(cubin), str(source)]
+def in_checkout(path: Path | str) -> str:
+    """`path` relative to the current folder (the repository, where the pipeline runs) where it lies
+    inside it, else absolute: what a build may record of a path and still be the same in every checkout."""
+    path, here = Path(os.path.realpath(path)), Path(os.path.realpath(os.getcwd()))
+    return str(path.relative_to(here)) if path.is_relative_to(here) else str(path)
+
+
+def ptx_command(source: Path, arch: str, flags: list[str], defines: dict, ptx: Path) -> list[str]:
+    """nvcc to PTX. cicc names internal symbols after the source's path, absolute unless told:
+    --orig_src_path_name gives it the path in the checkout."""
+    return [nvcc(), "-ptx", *arch_flags(arch), *flags, *define_flags(defines), "-Xcicc",
+            f"--orig_src_path_name,{in_checkout(source)}", "-I", str(source.parent), "-o", str(ptx), str(source)]
+
+
+def cubin_command(ptx: Path, arch: str, flags: list[str], cubin: Path) -> list[str]:
+    """The PTX to a cubin (ptxas, whose -v report the record parses)."""
+    return [nvcc(), "-cubin", *arch_flags(arch), *flags, "-Xptxas", "-v", "-o", str(cubin), str(ptx)]
+
+
+_PTX_FILE = re.compile(r'^(\s*\.file\s+\d+\s+)"([^"]+)"(?:\s*,\s*\d+\s*,\s*\d+)?[ \t]*$', re.M)
+
+
+def reproducible_line_info(ptx_text: str) -> str:
+    """The PTX's `.file` entries (its line info, which -lineinfo carries into the cubin) made the same in
+    every checkout: cicc writes absolute paths, and ptxas, given no time and size, records the files'
+    own, and a checkout's file times are when it was made. Each path becomes the one in the checkout,
+    its time 1 (the format's 0 means "look it up") and its size its own."""
+    def entry(m):
+        size = os.path.getsize(m[2]) if os.path.isfile(m[2]) else 0  # 0: unknown, as DWARF has it
+        return f'{m[1]}"{in_checkout(m[2])}", 1, {size}'
+
+    return _PTX_FILE.sub(entry, ptx_text)
 
 
 def _run(cmd: list[str], what: str) -> str:
@@ -124,9 +163,14 @@ def launch_contract(cubin: Path) -> dict:
 def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], defines: dict, cubin: Path | str) -> dict:
     """Build `cubin` and return the compile record."""
     source, cubin = Path(source), Path(cubin)
+    check_options(flags, defines)
     cubin.parent.mkdir(parents=True, exist_ok=True)
-    cmd = cubin_command(source, arch, flags, defines, cubin)
-    report = _run(cmd, f"compiling {name} for {arch}")
+    what = f"compiling {name} for {arch}"
+    ptx = cubin.with_suffix(".ptx")  # kept beside the cubin, to read
+    commands = [ptx_command(source, arch, flags, defines, ptx), cubin_command(ptx, arch, flags, cubin)]
+    _run(commands[0], what)
+    ptx.write_text(reproducible_line_info(ptx.read_text()))
+    report = _run(commands[1], what)
     resources = ptxas.parse(report, ENTRY)
     if resources["arch"] != arch:
         raise FlashbenchError(f"ptxas compiled {name} for {resources['arch']}, asked for {arch}")
@@ -138,7 +182,7 @@ def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], d
         "source": str(source),
         "defines": defines,
         "nvcc": nvcc_version(),
-        "command": shlex.join(cmd),
+        "command": " && ".join(shlex.join(c) for c in commands),
         "source_sha256": sha256(source),
         "headers_sha256": {p.name: sha256(p) for p in sorted(source.parent.glob("*.cuh"))},
         "cubin_sha256": sha256(cubin),

@@ -94,6 +94,24 @@ class Settings:
         raise ConfigError(f"no kernel named {name!r} is run (config key 'versions')")
 
 
+def conform(value, pointer: str, what: str):
+    """`value` if it is what the config schema says at `pointer` ("$defs/shape",
+    "properties/nvcc_flags"), else a ConfigError naming `what` (if given), the key within `value`
+    and the first problem."""
+    from . import schemas
+
+    schema = schemas.load("config")
+    part = schema
+    for name in pointer.split("/"):
+        part = part[name]
+    error = schemas.first_error(schemas.Validator({**part, "$defs": schema["$defs"]}), value)
+    if error is not None:
+        key, message = error
+        where = " ".join(filter(None, [what, key if key != "(top level)" else ""]))
+        raise ConfigError(f"{where}: {message}" if where else message)
+    return value
+
+
 def supported_archs() -> list[str]:
     from . import schemas
 

@@ -94,9 +94,10 @@ def _git_head(root: Path | str) -> str | None:
 
 
 def git_commit(root: Path | str = ".") -> dict:
-    """The commit a run is made from. git's own answer wins where git works; FLASHBENCH_GIT_COMMIT is
-    used where it does not, and recorded beside git's (`given_commit`) where the two differ (a copied
-    checkout whose .git knows another HEAD, or a stale variable)."""
+    """What git and the run say of the commit a run is made from: `git_commit`, git's own answer (or the
+    given commit where git does not work), and `given_commit`, FLASHBENCH_GIT_COMMIT, where the two
+    differ (a copied checkout whose .git knows another HEAD). The given commit is the run's
+    (measured_commit)."""
     given = os.environ.get("FLASHBENCH_GIT_COMMIT", "").strip() or None
     head = _git_head(root)
     if head is None:
@@ -135,3 +136,16 @@ def provenance() -> dict:
         **git_commit(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def measured_commit(provenance: dict) -> str:
+    """The one commit a record's numbers were measured at: the one given to the run where there is one
+    (whoever gives it knows what the checkout was made from), else git's own answer."""
+    return provenance.get("given_commit") or provenance["git_commit"]
+
+
+def commits(provenances: list[dict]) -> dict:
+    """The commits records were measured at, and git's own answers where they differ from those."""
+    return {"measured": sorted({measured_commit(p) for p in provenances}),
+            "git_said": sorted({p["git_commit"] for p in provenances if p.get("given_commit")})}
+

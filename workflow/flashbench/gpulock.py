@@ -75,7 +75,7 @@ def hold(bus_id: str, what: str, exclusive: bool = True, progress=print):
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
-            busy = holder.read_text().strip() if holder.exists() else "another job"
+            busy = _holder(holder)
             progress(f"waiting for the GPU at {key}: held by {busy}")
             fcntl.flock(fd, mode)
         acquired = time.time()
@@ -94,6 +94,16 @@ def hold(bus_id: str, what: str, exclusive: bool = True, progress=print):
             _note(journal_path(key), json.dumps(entry) + "\n", os.O_WRONLY | os.O_APPEND)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _holder(path: Path) -> str:
+    """Who holds the lock, as its holder wrote; a diagnostic, so a file that cannot be read says so."""
+    try:
+        return path.read_text().strip() or "another job"
+    except FileNotFoundError:
+        return "another job"
+    except OSError as e:
+        return f"another job (its {path.name} cannot be read: {e.strerror})"
 
 
 def _note(path: Path, text: str, flags: int) -> None:

@@ -11,7 +11,6 @@ has no kernel for the GPU, the peer is skipped (PeerUnavailable) and the report 
 """
 from __future__ import annotations
 
-import importlib.util
 
 from . import FlashbenchError, NoKernelForShape, attention
 from .config import Peer, Shape
@@ -29,12 +28,32 @@ class PeerUnavailable(FlashbenchError):
     """The peer cannot run here at all (no torch, no FlashAttention, no kernel for this GPU): skipped."""
 
 
+def installed_version(package: str) -> str | None:
+    """An installed package's version, None where there is none (read from its metadata, not
+    imported: the workflow asks as it loads)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def libraries(peer: Peer) -> dict:
+    """The packages `peer` needs and their installed versions (None: missing). A rule that takes
+    them as a parameter reruns once one is installed or changes, so a record skipped for want of a
+    package is not up to date once it is there."""
+    needs = ["torch"] + (["flash-attn-4"] if peer.backend == FLASH_ATTN_CUTE else [])
+    return {package: installed_version(package) for package in needs}
+
+
 def require(peer: Peer) -> None:
-    """Raise PeerUnavailable where a package the peer needs is not installed (asked before the GPU
-    is taken; whether the library has a kernel for the GPU is asked when the peer is made)."""
-    if importlib.util.find_spec("torch") is None:
+    """Raise PeerUnavailable where a package the peer needs is not installed (asked once the GPU is
+    known to be there; whether the library has a kernel for the GPU is asked when the peer is made)."""
+    have = libraries(peer)
+    if have["torch"] is None:
         raise PeerUnavailable("torch is not installed")
-    if peer.backend == FLASH_ATTN_CUTE and importlib.util.find_spec("flash_attn") is None:
+    if have.get("flash-attn-4", "") is None:
         raise PeerUnavailable("flash-attn-4 (FlashAttention's CuTe DSL kernels, flash_attn.cute) is not installed")
 
 

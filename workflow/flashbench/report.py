@@ -7,8 +7,9 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import FlashbenchError, claims, conclusions, hopper, markdown
-from .files import write_text
+from . import FlashbenchError, archives, claims, conclusions, hopper, markdown
+from .files import staged, staged_folder, write_text
+from .gpu import commits
 from .profile import TOP_LINES
 from .check import METRICS
 from .summary import DISPATCH, PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS, TIMED, case_rows
@@ -17,6 +18,7 @@ from .validation import BadRecord, read_record, read_table, summary_problem
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
 HOPPER_FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
 HOPPER_TEMPLATE = "hopper.md.j2"  # beside the chapter's template
+REPORT_FILES = ["report.md", "hopper.md", *FIGURES.values(), *HOPPER_FIGURES.values()]  # what render writes
 
 
 def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
@@ -35,10 +37,7 @@ def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
 
 def load(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     results_dir = Path(results_dir)
-    needed = ("summary.csv", "resources.csv", "profile.csv", "kernels.json")
-    missing = [f for f in needed if not (results_dir / f).is_file()]
-    if missing:
-        raise FlashbenchError(f"{results_dir} lacks {', '.join(missing)}: run the pipeline on that GPU first")
+    archives.require_tables(results_dir)
     summary, meta = read_summary(results_dir)
     resources = read_table(results_dir / "resources.csv", RESOURCE_COLUMNS)
     profile = read_table(results_dir / "profile.csv", PROFILE_COLUMNS)
@@ -49,10 +48,11 @@ def _save(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with staged(path) as tmp:
+            fig.savefig(tmp, dpi=120)
+    finally:
+        plt.close(fig)
 
 
 def _axes(width: float, height: float):
@@ -201,8 +201,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "gpu_name": gpu_name,
         "meta": meta,
         "common": {key: sorted({str(p[key]) for p in provs if key in p}) for key in
-                   ("gpu", "pci_bus_id", "arch", "sm_count", "driver", "cuda_driver", "cuda_runtime", "cupy",
-                    "git_commit", "given_commit")},
+                   ("gpu", "pci_bus_id", "arch", "sm_count", "driver", "cuda_driver", "cuda_runtime", "cupy")},
+        "commits": commits(provs),
         "torch": sorted({f"torch {k['identity']['torch']}, cuDNN {k['identity']['cudnn']}"
                          for k in kernels if k.get("identity", {}).get("torch")}),
         "skipped_peers": [k for k in kernels if k["kind"] == "peer" and k.get("skipped")],
@@ -271,14 +271,15 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     ctx = context(summary, resources, profile, meta, slug)
     text = fill(template, **ctx)
     report_dir = Path(report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
     order = ctx["order"]
-    tflops_figure(ctx["rows"], ctx["gpu_name"], meta["case"], report_dir / FIGURES["tflops"])
-    sweep_figure(summary[summary.series == "sweep"], order, ctx["gpu_name"], meta["case"], report_dir / FIGURES["sweep"])
-    stalls_figure(profile, order, report_dir / FIGURES["stalls"])
-    write_text(report_dir / "report.md", text)
-    render_hopper(*everything, Path(template).with_name(HOPPER_TEMPLATE), report_dir, slug, ctx["gpu_name"],
-                  read_paired(results_dir))
+    # Everything is rendered first, beside the folder: a render that fails leaves the report as it was
+    paired = read_paired(results_dir)
+    with staged_folder(report_dir, REPORT_FILES) as staging:
+        tflops_figure(ctx["rows"], ctx["gpu_name"], meta["case"], staging / FIGURES["tflops"])
+        sweep_figure(summary[summary.series == "sweep"], order, ctx["gpu_name"], meta["case"], staging / FIGURES["sweep"])
+        stalls_figure(profile, order, staging / FIGURES["stalls"])
+        write_text(staging / "report.md", text)
+        render_hopper(*everything, Path(template).with_name(HOPPER_TEMPLATE), staging, slug, ctx["gpu_name"], paired)
     return report_dir / "report.md"
 
 
@@ -307,6 +308,7 @@ def render_hopper(summary, resources, profile, meta, template: Path, report_dir:
     tflops_figure(rows, gpu_name, meta["case"], report_dir / HOPPER_FIGURES["tflops"])
     sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]
     sweep_figure(sweep, ctx["order"], gpu_name, meta["case"], report_dir / HOPPER_FIGURES["sweep"])
-    text = fill(template, **ctx, meta=meta, slug=slug, gpu_name=gpu_name, figures=HOPPER_FIGURES,
+    measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
+    text = fill(template, **ctx, meta=meta, slug=slug, gpu_name=gpu_name, figures=HOPPER_FIGURES, commits=measured,
         correctness=correctness(checked, [k["name"] for k in ctx["line"]]))
     write_text(report_dir / "hopper.md", text)

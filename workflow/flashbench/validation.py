@@ -21,6 +21,7 @@ from typing import Callable
 
 from . import FlashbenchError, attention
 from .config import Shape
+from .files import read_json
 
 Problem = tuple[str, str] | None  # (key, what is wrong with it), or None
 
@@ -161,6 +162,27 @@ def _profile_as_configured(r: dict, expected: Expected) -> Problem:
     return None
 
 
+def _cycles_as_configured(r: dict, expected: Expected) -> Problem:
+    if r["counted"] and not any(_dims(p) == expected.case for p in r["points"]):
+        return "points", f"no count at the case ({_shape_text(expected.case)})"
+    return None
+
+
+def _head_to_head_consistent(r: dict, expected) -> Problem:
+    if list(r["contestants"]) != r["order"]:
+        return "order", f"{r['order']}, but the contestants are {list(r['contestants'])}"
+    rounds = {name: len(c["rounds"]) for name, c in r["contestants"].items()}
+    if len(set(rounds.values())) > 1:
+        return "contestants", f"rounds differ between contestants ({rounds}): the ratios would not be paired"
+    return None
+
+
+def _head_to_head_as_configured(r: dict, expected: Expected) -> Problem:
+    if r["is_case"] != (_dims(r) == expected.case):
+        return "is_case", f"{r['is_case']}, but {_shape_text(r)} is{'' if _dims(r) == expected.case else ' not'} the case"
+    return None
+
+
 def _kernels_consistent(meta: dict, expected) -> Problem:
     for i, k in enumerate(meta["kernels"]):
         if k["timing"] and (problem := timing_disagrees(k["timing"])):
@@ -184,6 +206,9 @@ KINDS = {
     "sweep": RecordKind(True, lambda r: r["timed"], as_configured=(_sweep_as_configured,)),
     "profile": RecordKind(True, lambda r: r["profiled"], as_configured=(_profile_as_configured,)),
     "compile": RecordKind(True),
+    "cycles": RecordKind(True, lambda r: r["counted"], as_configured=(_cycles_as_configured,)),
+    "head_to_head": RecordKind(False, consistent=(_head_to_head_consistent,),
+                               as_configured=(_head_to_head_as_configured,)),
     "kernels": RecordKind(False, consistent=(_kernels_consistent,)),
 }
 
@@ -207,12 +232,9 @@ def _identity(r: dict, expected: Expected) -> Problem:
 def load_json(path: Path | str):
     """A JSON file, or BadRecord naming it where it cannot be read or parsed (cut short, say)."""
     try:
-        return json.loads(Path(path).read_text())
-    except json.JSONDecodeError as e:
-        raise BadRecord(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): "
-                        f"damaged or cut short; run the stage that writes it again") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadRecord(f"{path}: cannot be read ({e})") from None
+        return read_json(path)
+    except FlashbenchError as e:
+        raise BadRecord(f"{e}; run the stage that writes it again") from None
 
 
 def problem_of(record, kind: str, name: str, expected: Expected | None = None) -> Problem:

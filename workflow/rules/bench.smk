@@ -10,7 +10,7 @@ if GPU_MODE:
             builds=ALL_BUILT,
             code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
         output:
-            f"results/{GPU_SLUG}/bench/{{kernel}}.json",
+            archive_output(f"results/{GPU_SLUG}/bench/{{kernel}}.json"),
         log:
             f"logs/{GPU_SLUG}/bench/{{kernel}}.log",
         params:
@@ -32,7 +32,7 @@ if GPU_MODE:
             builds=ALL_BUILT,
             code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
         output:
-            f"results/{GPU_SLUG}/bench/{{peer}}.json",
+            archive_output(f"results/{GPU_SLUG}/bench/{{peer}}.json"),
         log:
             f"logs/{GPU_SLUG}/bench/{{peer}}.log",
         params:

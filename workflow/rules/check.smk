@@ -10,7 +10,7 @@ if GPU_MODE:
         tolerance=SETTINGS.tolerance,
     )
     CHECK_ARGS = (
-        "--shapes {params.shapes:q} --inputs {params.inputs} --smallest {params.smallest:q} --factor {params.factor}"
+        "--shapes {params.shapes:q} --inputs {params.inputs:q} --smallest {params.smallest:q} --factor {params.factor}"
         " --tolerance {params.tolerance} --out {output} 2>&1 | tee {log}"
     )
 
@@ -21,7 +21,7 @@ if GPU_MODE:
             builds=ALL_BUILT,
             code=package_modules("check", "launch", "peers", "gpu", "gpulock", "cli"),
         output:
-            f"results/{GPU_SLUG}/check/{{kernel}}.json",
+            archive_output(f"results/{GPU_SLUG}/check/{{kernel}}.json"),
         log:
             f"logs/{GPU_SLUG}/check/{{kernel}}.log",
         params:
@@ -36,11 +36,12 @@ if GPU_MODE:
             builds=ALL_BUILT,
             code=package_modules("check", "launch", "peers", "gpu", "gpulock", "cli"),
         output:
-            f"results/{GPU_SLUG}/check/{{peer}}.json",
+            archive_output(f"results/{GPU_SLUG}/check/{{peer}}.json"),
         log:
             f"logs/{GPU_SLUG}/check/{{peer}}.log",
         params:
             peer=lambda w: json.dumps(PEERS[w.peer].as_dict()),
+            libraries=lambda w: LIBRARIES[w.peer],  # not passed on: a change reruns the check (see LIBRARIES)
             **CHECK_PARAMS,
         resources:
             gpu=1,

@@ -8,9 +8,11 @@ from pathlib import Path
 
 try:
     import flashbench
+    from flashbench import archives as fb_archives
     from flashbench import compile as fb_compile
     from flashbench import config as fb_config
     from flashbench import gpu as fb_gpu
+    from flashbench import peers as fb_peers
 except ImportError:
     raise ImportError(
         "the flashbench package is not installed: run  python3 -m pip install -e .  in the repository root"
@@ -46,6 +48,22 @@ if SETTINGS.gpu_arch and DETECTED and SETTINGS.gpu_arch != DETECTED.arch:
         f"config key 'gpu_arch': {SETTINGS.gpu_arch!r}, but the GPU here ({DETECTED.name}) is {DETECTED.arch}"
     )
 GPU_MODE = GPU_SLUG is not None
+
+
+# A GPU named in config but not found here is for a cluster to run on: the local executor would start
+# every GPU job only to see it fail. Refused before any job (onstart runs after the DAG is built,
+# never for a dry run); a job of a cluster executor (not the main process) does not ask.
+onstart:
+    if GPU_MODE and DETECTED is None and workflow.is_main_process and workflow.local_exec and not workflow.touch:
+        print(
+            f"error: config names the GPU {GPU_SLUG} ({GPU_ARCH}), but no NVIDIA GPU is found here and jobs run "
+            f"here (the local executor): run where that GPU is, submit through a cluster profile "
+            f"(--workflow-profile workflow/profiles/slurm), or leave 'gpu' null to compile and re-render the archive",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
+
+
 ARCHS = SETTINGS.archs + ([GPU_ARCH] if GPU_MODE and GPU_ARCH not in SETTINGS.archs else [])
 # The profile stage runs where Nsight Compute is found (config `ncu`), and only with a GPU.
 NCU = None if SETTINGS.ncu is False else shutil.which(SETTINGS.ncu or "ncu")
@@ -150,9 +168,22 @@ def run_records(stage, names=RUNS):
     return expand(f"results/{GPU_SLUG}/{stage}/{{name}}.json", name=names)
 
 
-def archived_gpus():
-    """The GPUs archived under results/ (the folders with a summary)."""
-    return sorted(p.parent.name for p in Path("results").glob("*/summary.csv"))
+# The GPUs archived under results/; any other folder there is passed over, with one line saying so
+ARCHIVED, NOT_ARCHIVES = fb_archives.find("results", running=GPU_SLUG)
+for line in NOT_ARCHIVES:
+    print(line, file=sys.stderr)
+
+
+def archive_output(path):
+    """An archived file as a job's output (results/<gpu>/..., reports/...): Snakemake neither removes
+    it before the job runs nor after the job fails (it restores its copy), so a failed or interrupted
+    job leaves the archive as it was; the job itself replaces the file whole (files.staged)."""
+    return update(path)
+
+
+# A peer's check reruns when a package it needs comes or goes (or changes version): a peer skipped
+# for want of torch or FlashAttention is not up to date once it is installed.
+LIBRARIES = {name: json.dumps(fb_peers.libraries(peer)) for name, peer in PEERS.items()}
 
 
 def cycle_shapes(name):
@@ -181,7 +212,7 @@ def in_report(path, subcategory, caption=None):
 
 def reported_gpus():
     """The GPUs whose reports `report` brings up to date: every archived one, and this one's."""
-    return sorted(set(archived_gpus()) | ({GPU_SLUG} if GPU_MODE else set()))
+    return sorted(set(ARCHIVED) | ({GPU_SLUG} if GPU_MODE else set()))
 
 
 def rendered_reports():
@@ -189,10 +220,9 @@ def rendered_reports():
 
 
 if not GPU_MODE:
-    archived = archived_gpus()
     print(
         f"no NVIDIA GPU found: `snakemake report` compiles the kernels and brings the reports of "
-        f"{len(archived)} archived GPU folder{'' if len(archived) == 1 else 's'} ({', '.join(archived) or 'none'}) "
+        f"{len(ARCHIVED)} archived GPU folder{'' if len(ARCHIVED) == 1 else 's'} ({', '.join(ARCHIVED) or 'none'}) "
         f"up to date; {', '.join(GPU_TARGETS[:-1])} and {GPU_TARGETS[-1]} need a GPU and stop at once without one",
         file=sys.stderr,
     )

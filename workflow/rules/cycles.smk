@@ -20,7 +20,7 @@ if CYCLES:
             builds=ALL_BUILT,
             code=package_modules("cycles", "launch", "peers", "gpu", "gpulock", "cli"),
         output:
-            f"results/{GPU_SLUG}/cycles/{{kernel}}.json",
+            archive_output(f"results/{GPU_SLUG}/cycles/{{kernel}}.json"),
         log:
             f"logs/{GPU_SLUG}/cycles/{{kernel}}.log",
         params:
@@ -36,7 +36,7 @@ if CYCLES:
             builds=ALL_BUILT,
             code=package_modules("cycles", "launch", "peers", "gpu", "gpulock", "cli"),
         output:
-            f"results/{GPU_SLUG}/cycles/{{peer}}.json",
+            archive_output(f"results/{GPU_SLUG}/cycles/{{peer}}.json"),
         log:
             f"logs/{GPU_SLUG}/cycles/{{peer}}.log",
         params:

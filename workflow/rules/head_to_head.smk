@@ -15,7 +15,7 @@ if GPU_MODE and HEAD_TO_HEAD_SHAPES:
             [
                 {"check": f"results/{GPU_SLUG}/check/{name}.json"}
                 | (
-                    {"peer": json.dumps(PEERS[name].as_dict())}
+                    {"peer": PEERS[name].as_dict()}
                     if name in PEERS
                     else {"cubin": build_of(name, "cubin"), "record": build_of(name, "json")}
                 )
@@ -29,7 +29,7 @@ if GPU_MODE and HEAD_TO_HEAD_SHAPES:
             builds=ALL_BUILT,
             code=package_modules("headtohead", "timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
         output:
-            f"results/{GPU_SLUG}/head_to_head/{{point}}.json",
+            archive_output(f"results/{GPU_SLUG}/head_to_head/{{point}}.json"),
         log:
             f"logs/{GPU_SLUG}/head_to_head/{{point}}.log",
         wildcard_constraints:

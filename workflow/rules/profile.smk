@@ -11,7 +11,7 @@ if PROFILE:
             builds=ALL_BUILT,
             code=package_modules("profile", "launch", "gpu", "gpulock", "cli"),
         output:
-            f"results/{GPU_SLUG}/profile/{{kernel}}.json",
+            archive_output(f"results/{GPU_SLUG}/profile/{{kernel}}.json"),
         log:
             f"logs/{GPU_SLUG}/profile/{{kernel}}.log",
         params:
@@ -33,6 +33,6 @@ elif GPU_MODE:
         log:
             "logs/profile-skipped.log",
         params:
-            note=PROFILE_NOTE,
+            note=f"profile: {PROFILE_NOTE}",
         shell:
-            "echo 'profile: {params.note}' | tee {log}"
+            "echo {params.note:q} | tee {log}"

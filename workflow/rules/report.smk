@@ -16,12 +16,12 @@ if GPU_MODE:
             compiled=compile_records(),
             code=package_modules("summary", "profile", "headtohead", "cycles", "cli"),
         output:
-            summary=f"results/{GPU_SLUG}/summary.csv",
-            resources=f"results/{GPU_SLUG}/resources.csv",
-            profile=f"results/{GPU_SLUG}/profile.csv",
-            head_to_head=f"results/{GPU_SLUG}/head_to_head.csv",
-            cycles=f"results/{GPU_SLUG}/cycles.csv",
-            kernels=f"results/{GPU_SLUG}/kernels.json",
+            summary=archive_output(f"results/{GPU_SLUG}/summary.csv"),
+            resources=archive_output(f"results/{GPU_SLUG}/resources.csv"),
+            profile=archive_output(f"results/{GPU_SLUG}/profile.csv"),
+            head_to_head=archive_output(f"results/{GPU_SLUG}/head_to_head.csv"),
+            cycles=archive_output(f"results/{GPU_SLUG}/cycles.csv"),
+            kernels=archive_output(f"results/{GPU_SLUG}/kernels.json"),
         log:
             f"logs/{GPU_SLUG}/summarize.log",
         params:
@@ -71,9 +71,9 @@ rule render_report:
         hopper_template=HOPPER_TEMPLATE,
         code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "cli"),
     output:
-        report=in_report("reports/{gpu}/report.md", "report"),
-        hopper=in_report("reports/{gpu}/hopper.md", "report"),
-        **{Path(figure).stem: in_report(figure, "figures") for figure in report_figures("{gpu}")},
+        report=archive_output(in_report("reports/{gpu}/report.md", "report")),
+        hopper=archive_output(in_report("reports/{gpu}/hopper.md", "report")),
+        **{Path(figure).stem: archive_output(in_report(figure, "figures")) for figure in report_figures("{gpu}")},
     log:
         "logs/{gpu}/render_report.log",
     shell:
@@ -88,12 +88,12 @@ rule compare_gpus:
         template=COMPARE_TEMPLATE,
         code=package_modules("compare", "cli"),
     output:
-        table=in_report(COMPARISON["table"], "report", "comparison_table"),
-        figure=in_report(COMPARISON["figure"], "figures", "comparison_figure"),
+        table=archive_output(in_report(COMPARISON["table"], "report", "comparison_table")),
+        figure=archive_output(in_report(COMPARISON["figure"], "figures", "comparison_figure")),
     log:
         "logs/compare_gpus.log",
     params:
         results=expand("results/{gpu}", gpu=reported_gpus()),
     shell:
-        "{PY} -m flashbench compare --results {params.results} --template {input.template}"
+        "{PY} -m flashbench compare --results {params.results:q} --template {input.template}"
         " --table {output.table} --figure {output.figure} 2>&1 > {log} | tee -a {log} >&2"

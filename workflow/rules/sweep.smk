@@ -22,7 +22,7 @@ if GPU_MODE and SETTINGS.sweep:
             builds=ALL_BUILT,
             code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
         output:
-            f"results/{GPU_SLUG}/sweep/{{kernel}}.json",
+            archive_output(f"results/{GPU_SLUG}/sweep/{{kernel}}.json"),
         log:
             f"logs/{GPU_SLUG}/sweep/{{kernel}}.log",
         params:
@@ -38,7 +38,7 @@ if GPU_MODE and SETTINGS.sweep:
             builds=ALL_BUILT,
             code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
         output:
-            f"results/{GPU_SLUG}/sweep/{{peer}}.json",
+            archive_output(f"results/{GPU_SLUG}/sweep/{{peer}}.json"),
         log:
             f"logs/{GPU_SLUG}/sweep/{{peer}}.log",
         params:

@@ -1,0 +1,220 @@
+"""What guards the archive without Snakemake: whole-or-nothing writes, folders that are no archive,
+the report's commit, one-line errors from the command line, and builds that are the same in any
+checkout."""
+import fcntl
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from flashbench import FlashbenchError, archives, cli, compare, gpu, gpulock, report
+from flashbench.compile import compile_kernel
+from flashbench.config import ConfigError
+from flashbench.files import read_json, staged
+
+import records
+from conftest import ROOT
+
+TEMPLATES = ROOT / "workflow" / "templates"
+ARCHIVE = ROOT / "results" / "nvidia-h200"
+
+
+def test_two_renders_at_once_never_share_a_temporary_name(tmp_path, monkeypatch):
+    """A second render saving the same figure while the first is still writing it (two renders at once,
+    or --nolock): each writes its own temporary file, and both land."""
+    import matplotlib.figure
+
+    path = tmp_path / "tflops.png"
+    save = matplotlib.figure.Figure.savefig
+    nested = []
+
+    def savefig_with_a_second_render_meanwhile(fig, where, **kwargs):
+        save(fig, where, **kwargs)
+        if not nested:
+            nested.append(where)
+            report._save(report._axes(2, 2)[0], path)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig_with_a_second_render_meanwhile)
+    report._save(report._axes(2, 2)[0], path)
+    assert path.stat().st_size > 0 and [p.name for p in tmp_path.iterdir()] == ["tflops.png"]
+
+
+def test_a_render_that_fails_leaves_every_report_file_as_it_was(tmp_path, monkeypatch):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    for name in report.REPORT_FILES:  # an archived report, other than the one these results render to
+        (reports / name).write_text(f"archived {name}")
+    before = {p.name: p.read_bytes() for p in reports.iterdir()}
+
+    def fail(*args, **tables):
+        raise FlashbenchError("the hopper line cannot be rendered")
+
+    monkeypatch.setattr(report.hopper, "context", fail)  # after report.md and three figures are drawn
+    with pytest.raises(FlashbenchError, match="cannot be rendered"):
+        report.render(ARCHIVE, reports, TEMPLATES / "report.md.j2", "nvidia-h200")
+    assert {p.name: p.read_bytes() for p in reports.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["reports"]  # no staging folder left behind
+
+
+def test_a_staged_file_lands_whole_or_not_at_all(tmp_path):
+    path = tmp_path / "record.json"
+    path.write_text("archived")
+    with pytest.raises(RuntimeError):
+        with staged(path) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("interrupted")
+    assert path.read_text() == "archived" and [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+def test_a_folder_under_results_that_is_no_archive_is_skipped_saying_why(tmp_path):
+    shutil.copytree(ARCHIVE, tmp_path / "nvidia-h200")
+    shutil.copytree(ARCHIVE, tmp_path / "nvidia-h200.bak")
+    (tmp_path / "nvidia-b300" / "check").mkdir(parents=True)  # a run that never got to its tables
+    (tmp_path / ".nvidia-h200.tmp").mkdir()  # a render's staging
+    found, skipped = archives.find(tmp_path)
+    assert found == ["nvidia-h200"]
+    assert skipped == [f"{tmp_path}/nvidia-b300: not a GPU archive (no summary.csv, resources.csv, profile.csv, "
+                       f"kernels.json), skipped",
+                       f"{tmp_path}/nvidia-h200.bak: not a GPU archive (not a GPU's folder name, such as "
+                       f"nvidia-h200), skipped"]
+    assert archives.find(tmp_path, running="nvidia-b300")[1] == skipped[1:]  # the folder being measured
+
+
+@pytest.mark.parametrize("content, message", [(None, ": cannot be read \\(No such file or directory\\)"),
+                                              ('{"kernel": "v11", "pass', ": not valid JSON .*cut short")])
+def test_a_missing_or_cut_record_is_one_clear_error(tmp_path, content, message):
+    path = tmp_path / "v11.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(FlashbenchError, match=message):
+        read_json(path)
+
+
+def test_the_report_names_the_commit_the_numbers_were_measured_at(tmp_path):
+    """The archive's records say git answered 57362c2...+dirty (a copied checkout's stale .git) and the
+    run was given a6bb607: the given one is the commit, and the reports say git's answer is not it."""
+    provenance = read_json(ARCHIVE / "check" / "v11.json")["provenance"]
+    assert (provenance["git_commit"], provenance["given_commit"]) == (
+        "57362c295f9297347183ee10616bcf1599fb2386+dirty", "a6bb607")
+    assert gpu.measured_commit(provenance) == "a6bb607"
+    assert gpu.measured_commit({"git_commit": "abc123"}) == "abc123"
+    text = report.render(ARCHIVE, tmp_path, TEMPLATES / "report.md.j2", "nvidia-h200").read_text()
+    assert "| measured at commit | a6bb607 |" in text
+    assert ("git in that checkout answered 57362c295f9297347183ee10616bcf1599fb2386+dirty instead (a copied `.git` "
+            "knows the HEAD it was copied at): that is not the commit the numbers were measured at") in text
+    hopper = (tmp_path / "hopper.md").read_text()
+    assert "Measured at commit a6bb607 (given to the run as `FLASHBENCH_GIT_COMMIT`; git in its copied checkout " \
+           "answered 57362c295f9297347183ee10616bcf1599fb2386+dirty, which is not" in hopper
+    table = compare.render([ARCHIVE], TEMPLATES / "compare.md.j2", tmp_path / "README.md", tmp_path / "compare.png")
+    assert "measured at commit a6bb607 (given to the run; git in its copied checkout answered " \
+           "57362c295f9297347183ee10616bcf1599fb2386+dirty)" in table.read_text()
+
+
+PEER = '{"name": "sdpa_auto", "backend": "auto", "change": "x", "published_tflops": null, "max_seq_len": null}'
+SHAPE = '{"B": 1, "H": 2, "S": 128, "D": 128}'
+TIMING = ["--steps", "5", "--repeats", "5", "--warmup", "0", "--graph-replays", "1"]
+GATE = ["--factor", "2", "--tolerance", "0.005"]
+
+
+def bad_invocations(tmp_path):
+    no_passed = tmp_path / "no-passed.json"  # a check record without `passed`
+    compile_args = ["compile", "--kernel", "v11", "--source", "kernels/v11.cu", "--arch", "sm_90", "--cubin",
+                    str(tmp_path / "x.cubin"), "--record", str(tmp_path / "x.json")]
+    out = ["--out", str(tmp_path / "out.json")]
+    return {
+        "bad JSON in --flags": (compile_args + ["--flags", "[-O3"], "argument --flags: not JSON"),
+        "a flag nvcc's shell would run": (compile_args + ["--flags", '["-O3; touch x"]'], "argument --flags: "),
+        "--defines not an object": (compile_args + ["--defines", "[1,2]"], r"argument --defines: \[1, 2\] is not of type"),
+        "bad JSON in --peer": (["check", "--peer", "{bad", "--shapes", f"[{SHAPE}]", *GATE, *out], "argument --peer"),
+        "garbage --shapes for a peer": (["check", "--peer", PEER, "--shapes", "garbage", *GATE, *out],
+                                        "argument --shapes: not JSON"),
+        "a shape the kernels do not take": (["check", "--peer", PEER, "--shapes", '[{"B": 1, "H": 2, "S": 100, '
+                                             '"D": 128}]', *GATE, *out], "argument --shapes: S: 100 is less than"),
+        "an unknown kind of input": (["check", "--peer", PEER, "--shapes", f"[{SHAPE}]", "--inputs", "normal,zeros",
+                                      *GATE, *out], "'zeros' is not one of"),
+        "a negative step count": (["bench", "--peer", PEER, "--check", str(no_passed), "--shape", SHAPE, *out,
+                                   *TIMING[:1], "-5", *TIMING[2:]], "argument --steps: -5 is less than the minimum of 1"),
+        "no repeats": (["sweep", "--peer", PEER, "--check", str(no_passed), "--shapes", f"[{SHAPE}]", *out,
+                        *TIMING[:3], "0", *TIMING[4:]], "argument --repeats: 0 is less than the minimum of 1"),
+        "a missing --check file": (["bench", "--peer", PEER, "--check", str(tmp_path / "none.json"), "--shape", SHAPE,
+                                    *out, *TIMING], "none.json: cannot be read \\(No such file or directory\\)"),
+        "a check record without passed": (["bench", "--peer", PEER, "--check", str(no_passed), "--shape", SHAPE, *out,
+                                           *TIMING], "no-passed.json: key '\\w+': missing"),
+        "missing paths to compare": (["compare", "--results", str(tmp_path / "nowhere"), "--template", "t", "--table",
+                                      str(tmp_path / "t.md"), "--figure", str(tmp_path / "f.png")],
+                                     "nowhere lacks summary.csv"),
+        "missing paths to summarize": (["summarize", "--kernels", "[]", "--checks", str(tmp_path / "none.json"),
+                                        "--benches", "b", "--compiled", "c", "--gpu-arch", "sm_90", "--case", SHAPE,
+                                        "--expected", records.EXPECTED.as_json(), "--out-dir", str(tmp_path / "s")],
+                                       "none.json: cannot be read"),
+        "neither a kernel nor a peer": (["check", "--shapes", f"[{SHAPE}]", *GATE, *out], "needs --cubin and --record"),
+    }
+
+
+@pytest.mark.parametrize("case", list(bad_invocations(Path("."))))
+def test_every_bad_argument_is_one_error_line_and_exit_1(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "no-passed.json").write_text('{"kernel": "v11"}')
+    argv, message = bad_invocations(tmp_path)[case]
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and re.search(message, err), err
+    assert not (tmp_path / "out.json").exists() and not (tmp_path / "x.cubin").exists()
+
+
+@pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
+def test_a_peer_asks_for_the_gpu_before_torch(tmp_path, capsys):
+    """Without a GPU a peer's check fails, as a kernel's does: it never records "skipped: torch is not
+    installed", which would stand in the archive as that peer's result."""
+    out = tmp_path / "sdpa_auto.json"
+    assert cli.main(["check", "--peer", PEER, "--shapes", f"[{SHAPE}]", *GATE, "--out", str(out)]) == 1
+    assert capsys.readouterr().err.startswith("error: no NVIDIA GPU found") and not out.exists()
+
+
+def test_a_busy_lock_whose_holder_cannot_be_read_still_waits_saying_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHBENCH_LOCK_DIR", str(tmp_path))
+    path = gpulock.lock_path("0000:19:00.0")
+    path.with_suffix(".holder").mkdir(parents=True)  # unreadable as a file, whoever runs the test
+    other = os.open(path, os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    threading.Timer(0.2, os.close, [other]).start()
+    said = []
+    with gpulock.hold("0000:19:00.0", "check v11", progress=said.append):
+        pass
+    assert said == ["waiting for the GPU at 0000:19:00.0: held by another job (its "
+                    "flashbench-gpu-0000-19-00.0.holder cannot be read: Is a directory)"]
+
+
+@pytest.mark.parametrize("value", ["$(touch {marker})", "`touch {marker}`", "1; touch {marker}"])
+def test_a_define_that_a_shell_would_run_is_refused_before_nvcc(tmp_path, settings, needs_nvcc, value):
+    marker = tmp_path / "ran"
+    with pytest.raises(ConfigError, match=r"defines Y: .* is not valid under any of the given schemas"):
+        compile_kernel("v11", ROOT / "kernels" / "v11.cu", "sm_90", settings.nvcc_flags,
+                       {"Y": value.format(marker=marker)}, tmp_path / "v11.cubin")
+    with pytest.raises(ConfigError, match=r"nvcc flags \[\d+\]: .* does not match"):
+        compile_kernel("v11", ROOT / "kernels" / "v11.cu", "sm_90", [*settings.nvcc_flags, f"-DZ={value.format(marker=marker)}"],
+                       {}, tmp_path / "v11.cubin")
+    assert not marker.exists()
+
+
+def test_the_same_source_builds_the_same_cubin_in_any_checkout(tmp_path, settings, needs_nvcc, monkeypatch):
+    """Two copies in folders of different depth, their files of different times (as two clones made
+    at different times): the same cubin, byte for byte, with its line info still there."""
+    hashes = []
+    for i, folder in enumerate([tmp_path / "a", tmp_path / "deeper" / "clone"]):
+        shutil.copytree(ROOT / "kernels", folder / "kernels")
+        for source in (folder / "kernels").iterdir():
+            os.utime(source, (1e9 + i * 1e6, 1e9 + i * 1e6))
+        monkeypatch.chdir(folder)
+        record = compile_kernel("v14", "kernels/v14.cu", "sm_90a", settings.nvcc_flags, {}, "build/v14.cubin")
+        hashes.append(record["cubin_sha256"])
+        assert str(folder) not in (folder / "build" / "v14.cubin").read_bytes().decode("latin-1")
+    assert hashes[0] == hashes[1]
+    assert '.file\t1 "kernels/v14.cu", 1, ' in (folder / "build" / "v14.ptx").read_text()
