@@ -1,6 +1,9 @@
 # summarize: this GPU's records into its tidy tables (GPU mode only: an archive is never
 # re-summarized with another machine's builds). render_report: any GPU's report from its tables.
-# compare_gpus: every reported GPU's TFLOPS side by side.
+# compare_gpus: every reported GPU's TFLOPS side by side. report_pages, comparison_page: what
+# Snakemake's HTML report shows (snakemake --report): each markdown report and table as an HTML page,
+# the figures inside the reports (the viewer shows images, HTML and PDF in the page, and offers
+# anything else as a download).
 
 if GPU_MODE:
 
@@ -39,14 +42,14 @@ if GPU_MODE:
 
 rule render_report:
     input:
-        **{table: in_report(f"results/{{gpu}}/{table}.csv", "tables") for table in ("summary", "resources", "profile")},
+        **{table: f"results/{{gpu}}/{table}.csv" for table in REPORT_TABLES},
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
         hopper_template=HOPPER_TEMPLATE,
         code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "cli"),
     output:
-        report=in_report("reports/{gpu}/report.md", "report"),
-        hopper=in_report("reports/{gpu}/hopper.md", "report"),
+        report="reports/{gpu}/report.md",
+        hopper="reports/{gpu}/hopper.md",
         **{Path(figure).stem: in_report(figure, "figures") for figure in report_figures("{gpu}")},
     log:
         "logs/{gpu}/render_report.log",
@@ -62,7 +65,7 @@ rule compare_gpus:
         template=COMPARE_TEMPLATE,
         code=package_modules("compare", "cli"),
     output:
-        table=in_report(COMPARISON["table"], "report", "comparison_table"),
+        table=COMPARISON["table"],
         figure=in_report(COMPARISON["figure"], "figures", "comparison_figure"),
     log:
         "logs/compare_gpus.log",
@@ -71,3 +74,32 @@ rule compare_gpus:
     shell:
         "{PY} -m flashbench compare --results {params.results} --template {input.template}"
         " --table {output.table} --figure {output.figure} 2>&1 > {log} | tee -a {log} >&2"
+
+
+rule report_pages:
+    input:
+        reports=["reports/{gpu}/report.md", "reports/{gpu}/hopper.md"],
+        figures=report_figures("{gpu}"),
+        tables=expand("results/{{gpu}}/{table}.csv", table=REPORT_TABLES),
+        code=package_modules("pages", "cli"),
+    output:
+        **{name: in_report(page, "report", name) for name, page in report_pages("{gpu}", REPORTS).items()},
+        **{name: in_report(page, "tables", name) for name, page in report_pages("{gpu}", REPORT_TABLES).items()},
+    log:
+        "logs/{gpu}/report_pages.log",
+    shell:
+        "{PY} -m flashbench pages --sources {input.reports} {input.tables} --out-dir {PAGES}/{wildcards.gpu}"
+        " 2>&1 > {log} | tee -a {log} >&2"
+
+
+rule comparison_page:
+    input:
+        table=COMPARISON["table"],
+        figure=COMPARISON["figure"],
+        code=package_modules("pages", "cli"),
+    output:
+        in_report(COMPARISON["page"], "report", "comparison_table"),
+    log:
+        "logs/comparison_page.log",
+    shell:
+        "{PY} -m flashbench pages --sources {input.table} --out-dir {PAGES} 2>&1 > {log} | tee -a {log} >&2"
