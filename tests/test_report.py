@@ -276,3 +276,73 @@ def test_an_archive_from_an_older_pipeline_is_refused_with_one_clear_error(tmp_p
     summary.drop(columns=["inputs", "margin"]).to_csv(out / "summary.csv", index=False)
     with pytest.raises(FlashbenchError, match="summary.csv was written by an older pipeline \\(no inputs, margin\\)"):
         report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200")
+
+
+# ---- the figures ---------------------------------------------------------------------------------------
+
+DPI = 120  # report._save's
+LAPTOP_WIDTH = 1600  # px: a figure at most this wide reads at 100% on a laptop's screen
+SMALLEST_FONT = 9  # pt, 15 px at DPI
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory):
+    """Every figure of a render of the chapter and the Hopper line, and of the comparison: {file name:
+    the matplotlib figure as saved}."""
+    from flashbench import compare
+
+    tmp = tmp_path_factory.mktemp("figures")
+    out = results_folder(tmp, {**G3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER)
+    figures, save = {}, report._save
+
+    def keep(fig, path):
+        save(fig, path)
+        figures[path.name] = fig
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report, "_save", keep)
+        report.render(out, tmp / "reports", TEMPLATE, "nvidia-h200")
+        compare.render([out], ROOT / "workflow" / "templates" / "compare.md.j2", tmp / "README.md", tmp / "compare.png")
+    return figures
+
+
+def test_every_figure_reads_at_100_percent_on_a_laptop(drawn):
+    assert set(drawn) == {*report.FIGURES.values(), *report.HOPPER_FIGURES.values(), "compare.png"}
+    for name, fig in drawn.items():
+        width, height = fig.get_size_inches() * DPI
+        assert 800 <= width <= LAPTOP_WIDTH and height <= 1200, (name, width, height)
+        texts = [t for t in fig.findobj(lambda a: hasattr(a, "get_text") and hasattr(a, "get_fontsize"))
+                 if t.get_text().strip() and t.get_visible()]
+        assert texts and min(t.get_fontsize() for t in texts) >= SMALLEST_FONT, name
+
+
+def test_bars_fill_our_kernels_hatch_the_peers_and_read_horizontally(drawn):
+    peers = {p["name"] for p in records.PEERS}
+    for name in ("tflops.png", "hopper_tflops.png", "compare.png"):
+        ax = drawn[name].axes[0]
+        labels = [t.get_text() for t in ax.get_yticklabels()]  # the kernels and peers, one a row
+        assert peers <= set(labels) and len(labels) > len(peers), name
+        bars = [bar for container in ax.containers for bar in container]
+        assert bars and all(bar.get_width() > bar.get_height() for bar in bars), name
+        for bar in bars:
+            kernel = labels[round(bar.get_y() + bar.get_height() / 2)]
+            assert (bar.get_hatch() == "///") == (kernel in peers), (name, kernel)
+        legends = list(dict.fromkeys(a for a in ax.get_children() if isinstance(a, type(ax.legend_))))
+        assert [legend.get_title().get_text() for legend in legends] == ["TFLOPS from", "implementation"], name
+
+
+def test_sweep_lines_each_their_own_ours_solid_peers_dashed_headline_thicker(drawn):
+    peers = {p["name"] for p in records.PEERS}
+    for name, headline in (("sweep.png", {"v13", "sdpa_auto"}), ("hopper_sweep.png", {"v15", "sdpa_auto"})):
+        ax = drawn[name].axes[0]
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert peers <= set(lines) and len(lines) > len(peers), name
+        looks = {(tuple(line.get_color()), line.get_linestyle(), line.get_marker()) for line in lines.values()}
+        assert len(looks) == len(lines), f"{name}: two lines look alike"
+        assert len({tuple(line.get_color()) for line in lines.values()}) == len(lines), f"{name}: a colour twice"
+        for label, line in lines.items():
+            assert (line.get_linestyle() == "--") == (label in peers), (name, label)  # dashes show as "--"
+            assert (line.get_linewidth() == report.HEADLINE_WIDTH) == (label in headline), (name, label)
+        legends = list(dict.fromkeys(a for a in ax.get_children() if isinstance(a, type(ax.legend_))))
+        assert [legend.get_title().get_text() for legend in legends] == ["our kernels (solid)",
+                                                                         "PyTorch peers (dashed)"], name
