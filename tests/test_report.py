@@ -6,7 +6,7 @@ import pytest
 
 from flashbench import FlashbenchError, claims, conclusions, report
 from flashbench.files import write_json
-from flashbench.summary import SUMMARY_COLUMNS, choices
+from flashbench.summary import SUMMARY_COLUMNS, choices, own_choices
 
 import records
 from conftest import ROOT
@@ -92,8 +92,43 @@ def test_missing_results_are_a_clear_error(tmp_path):
     assert not (tmp_path / "out" / "report.md").exists()
 
 
-def test_kernel_choices_are_read_from_the_source():
-    assert "stmatrix" in choices(ROOT / "kernels" / "v11.cu")
+def test_kernel_choices_are_read_from_the_source_one_paragraph_each():
+    assert len(choices(ROOT / "kernels" / "v11.cu")) == 1 and choices(ROOT / "kernels" / "v11.cu")[0].startswith("stmatrix")
+    v14 = choices(ROOT / "kernels" / "v14.cu")
+    assert len(v14) == 4 and v14[-1] == "O is stored with plain 4-byte stores from the accumulator layout (a TMA store is later)."
+    assert not any("Choice:" in c for c in v14)
+
+
+def test_each_version_lists_its_own_choices_not_those_it_restates(settings):
+    sources = {k.name: ROOT / k.source for k in settings.kernels}
+    own = own_choices([{"name": k.name, "kind": k.kind} for k in settings.kernels], sources)
+    versions = [k.name for k in settings.kernels if k.kind == "version"]
+    for before, after in zip(versions, versions[1:]):
+        assert own[after] and not set(own[after]) & set(choices(sources[before])), after
+    # V19's file restates V18's two schedule choices word for word: they are V18's; its own are its stages and O tile
+    assert any(c.startswith("row tiles vary fastest") for c in own["v18"])
+    assert not any(c.startswith("row tiles vary fastest") or c.startswith("a static schedule") for c in own["v19"])
+    assert any(c.startswith("2 K/V stages") for c in own["v19"]) and any(c.startswith("a dedicated O tile") for c in own["v19"])
+    assert own["br128"] == own["v13"] == choices(ROOT / "kernels" / "v13.cu")  # an ablation: its parent's file
+
+
+def test_the_check_shapes_say_which_kernels_were_checked_where():
+    summary, _, _, _ = report.load(ROOT / "results" / "nvidia-h200")
+    shapes = report.checked_shapes(summary[summary.series == "check"])
+    assert shapes["shared_shapes"] == ["B=1 H=8 S=8192", "B=2 H=16 S=2048", "B=4 H=3 S=384"]
+    assert shapes["own_shapes"] == {"B=3 H=5 S=64": ["v11", "v12", "v13"],
+                                    "B=3 H=5 S=128": ["br128", "hybrid_smem", *(f"v{n}" for n in range(14, 23))]}
+
+
+def test_the_render_log_names_every_file_it_wrote(tmp_path, capsys):
+    from flashbench.cli import main
+
+    out = results_folder(tmp_path, G3)
+    reports = tmp_path / "reports"
+    assert main(["render", "--results", str(out), "--reports", str(reports), "--template", str(TEMPLATE),
+                 "--slug", "nvidia-h200"]) == 0
+    logged = [line.removeprefix("wrote ") for line in capsys.readouterr().out.splitlines()]
+    assert sorted(logged) == sorted(str(p) for p in reports.iterdir()) and len(logged) == 7
 
 
 ARCHIVED = sorted(p.parent.name for p in (ROOT / "results").glob("*/summary.csv"))
@@ -262,6 +297,10 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     # the goal: v15 against SDPA auto (560 at the case), the only rival in these records
     assert "Best version: **v15**" in text and "| case | 590.0 | 560.0 | 1.05 |" in text
     assert "**Goal reached**" in text
+    # each version's own choices, one a line
+    assert "## Each version's own choices" in text
+    assert "- **v14** (`kernels/v14.cu`):\n    - QK^T and PV each wait for their own wgmma group" in text
+    assert "\n    - as in V14, the row sums are kept per thread" in text  # v15's
     assert (tmp_path / "b" / "reports" / "hopper_sweep.png").stat().st_size > 1000
     slow = results_folder(tmp_path / "c", {**G3, "v14": 436.0, "v15": 500.0}, kernels=records.KERNELS + records.HOPPER)
     from flashbench import hopper

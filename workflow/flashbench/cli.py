@@ -236,9 +236,11 @@ def cmd_summarize(a) -> None:
 
 
 def cmd_render(a) -> None:
-    from .report import render
+    from .report import WRITTEN, render
 
-    print(f"wrote {render(a.results, a.reports, a.template, a.slug)}")
+    render(a.results, a.reports, a.template, a.slug)
+    for name in WRITTEN:
+        print(f"wrote {Path(a.reports) / name}")
 
 
 def cmd_compare(a) -> None:

@@ -16,6 +16,7 @@ from .summary import SUMMARY_COLUMNS, TIMED, case_rows
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
 HOPPER_FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
 HOPPER_TEMPLATE = "hopper.md.j2"  # beside the chapter's template
+WRITTEN = ("report.md", *FIGURES.values(), "hopper.md", *HOPPER_FIGURES.values())  # what render writes
 
 
 def read_summary(results_dir: Path) -> pd.DataFrame:
@@ -248,6 +249,23 @@ def correctness(checked: pd.DataFrame, order: list[str]) -> list[dict]:
     return rows
 
 
+def _shape(b, h, s) -> str:
+    return f"B={b} H={h} S={s}"
+
+
+def checked_shapes(checked: pd.DataFrame) -> dict:
+    """The shapes of the check beyond the case: `shared_shapes`, those every kernel and peer was checked
+    at, and `own_shapes`, {shape: the kernels checked there} for the others (each kernel's smallest S)."""
+    beyond = checked[~checked.is_case]
+    shapes = {name: {(r.B, r.H, r.S) for r in rows.itertuples()} for name, rows in beyond.groupby("kernel", sort=False)}
+    shared = set.intersection(*shapes.values()) if shapes else set()
+    own = {}
+    for name, mine in shapes.items():
+        for shape in sorted(mine - shared):
+            own.setdefault(_shape(*shape), []).append(name)
+    return {"shared_shapes": [_shape(*shape) for shape in sorted(shared)], "own_shapes": own}
+
+
 def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict, slug: str) -> dict:
     kernels = meta["kernels"]
     provs = [k["provenance"] for k in kernels if k.get("provenance")]
@@ -298,7 +316,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "resources": {(r.kernel, r.arch): r._asdict() for r in resources.itertuples()},
         "correctness": correctness(checked, order=[k["name"] for k in kernels]),
         "failures": [{k: _none(v) for k, v in row.items()} for row in checked[checked.passed != True].to_dict("records")],  # noqa: E712
-        "extra_shapes": sorted({(r.B, r.H, r.S) for r in checked[~checked.is_case].itertuples()}),
+        **checked_shapes(checked),
         "throttled": list(dict.fromkeys(r.kernel for r in case[case.throttled == True].itertuples())),  # noqa: E712
         "sweep_lengths": [int(s) for s in by_steps.columns],
         "sweep_rows": [{"name": name, "tflops": [_none(v) for v in values]}
