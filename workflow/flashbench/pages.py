@@ -39,7 +39,9 @@ def data_uri(path: Path) -> str:
 
 
 class _EmbedImages(Treeprocessor):
-    """Each <img> whose source is a file beside the markdown gets that file as a data: URI."""
+    """Each <img> whose source is a file beside the markdown gets that file as a data: URI; a link to
+    a file beside it (another report) becomes its text, since no relative link leads anywhere from a
+    data: URI (the report it names is an item of Snakemake's report too)."""
 
     def __init__(self, md, folder: Path):
         super().__init__(md)
@@ -51,6 +53,10 @@ class _EmbedImages(Treeprocessor):
             if not path.is_file():
                 raise FlashbenchError(f"{self.folder}: the figure {img.get('src')!r} the report shows is not there")
             img.set("src", data_uri(path))
+        for link in root.iter("a"):
+            if "://" not in link.get("href", "://"):
+                link.tag = "span"
+                link.set("title", f"{(self.folder / link.attrib.pop('href')).as_posix()}: an item of this report")
 
 
 class EmbedImages(Extension):
