@@ -78,7 +78,7 @@ rule compare_gpus:
 
 rule report_pages:
     input:
-        reports=["reports/{gpu}/report.md", "reports/{gpu}/hopper.md"],
+        reports=expand("reports/{{gpu}}/{name}.md", name=REPORTS),
         figures=report_figures("{gpu}"),
         tables=expand("results/{{gpu}}/{table}.csv", table=REPORT_TABLES),
         code=package_modules("pages", "cli"),
@@ -87,8 +87,10 @@ rule report_pages:
         **{name: in_report(page, "tables", name) for name, page in report_pages("{gpu}", REPORT_TABLES).items()},
     log:
         "logs/{gpu}/report_pages.log",
+    params:
+        out_dir=lambda w, output: Path(output.report).parent,
     shell:
-        "{PY} -m flashbench pages --sources {input.reports} {input.tables} --out-dir {PAGES}/{wildcards.gpu}"
+        "{PY} -m flashbench pages --sources {input.reports} {input.tables} --out-dir {params.out_dir}"
         " 2>&1 > {log} | tee -a {log} >&2"
 
 
@@ -101,5 +103,7 @@ rule comparison_page:
         in_report(COMPARISON["page"], "report", "comparison_table"),
     log:
         "logs/comparison_page.log",
+    params:
+        out_dir=Path(COMPARISON["page"]).parent,
     shell:
-        "{PY} -m flashbench pages --sources {input.table} --out-dir {PAGES} 2>&1 > {log} | tee -a {log} >&2"
+        "{PY} -m flashbench pages --sources {input.table} --out-dir {params.out_dir} 2>&1 > {log} | tee -a {log} >&2"
