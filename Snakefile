@@ -30,6 +30,7 @@ rule report:
         compile_records(),
         rendered_reports(),
         COMPARISON.values(),
+        html_report_pages(),
 
 
 rule compile:

@@ -102,10 +102,10 @@ def check_row(shape: dict, kind: str, passed: bool) -> dict:
             "reason": None if passed else "worst row's relative error 2.2e-02 above 4.5e-03 (plain fp16 2.0e-03)"}
 
 
-def compile_record(name: str, arch: str) -> dict:
+def compile_record(name: str, arch: str, source: str = "kernels/v11.cu") -> dict:
     registers, spill, threads, block_rows, static_smem, dynamic_smem = RESOURCES[name]
     occupancy = blocks_per_sm(arch, threads, registers, static_smem + dynamic_smem)
-    return {"kernel": name, "arch": arch, "source": "kernels/v11.cu", "defines": {}, "nvcc": "release 13.0",
+    return {"kernel": name, "arch": arch, "source": source, "defines": {}, "nvcc": "release 13.0",
             "command": "nvcc ...", "cubin_sha256": hashlib.sha256(f"{name} {arch}".encode()).hexdigest(), "registers": registers,
             "stack_frame_bytes": spill, "spill_store_bytes": spill, "spill_load_bytes": spill,
             "static_smem_bytes": static_smem, "spill_bytes": 2 * spill,
@@ -179,7 +179,7 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
             continue
         for arch in archs:
             path = tmp / "build" / arch / f"{name}.json"
-            write_json(path, compile_record(name, arch))
+            write_json(path, compile_record(name, arch, k["source"]))
             paths["compiled"].append(path)
     return paths
 

@@ -45,7 +45,7 @@ def test_two_renders_at_once_never_share_a_temporary_name(tmp_path, monkeypatch)
 def test_a_render_that_fails_leaves_every_report_file_as_it_was(tmp_path, monkeypatch):
     reports = tmp_path / "reports"
     reports.mkdir()
-    for name in report.REPORT_FILES:  # an archived report, other than the one these results render to
+    for name in report.WRITTEN:  # an archived report, other than the one these results render to
         (reports / name).write_text(f"archived {name}")
     before = {p.name: p.read_bytes() for p in reports.iterdir()}
 

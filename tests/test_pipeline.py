@@ -12,6 +12,7 @@ import pytest
 
 from flashbench import gpu
 
+from browser import CHROMIUM, Browser
 from conftest import ROOT, copy_checkout, snakemake, with_build
 
 pytestmark = pytest.mark.usefixtures("needs_nvcc")
@@ -64,7 +65,7 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
                                        "bench_kernel": n, "sweep_kernel": n, "profile_kernel": n, "check_peer": peers,
                                        "bench_peer": peers, "sweep_peer": peers, "head_to_head_point": points,
                                        "cycles_kernel": n, "cycles_peer": peers, "summarize": 1, "render_report": 1,
-                                       "compare_gpus": 1, "report": 1}
+                                       "compare_gpus": 1, "report_pages": 1, "comparison_page": 1, "report": 1}
     for point in ("S1024", "S512", "S16384"):  # the case, then every other swept length
         assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
     assert "results/nvidia-h200/cycles/flash_attn_cute.json" in proc.stdout
@@ -155,7 +156,8 @@ def test_without_a_gpu_report_compiles_and_rerenders_the_archive(checkout, setti
     proc = snakemake(with_archive(checkout), "-n")
     assert proc.returncode == 0, proc.stderr
     assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "render_report": len(ARCHIVED),
-                                       "compare_gpus": 1, "report": 1}
+                                       "compare_gpus": 1, "report_pages": len(ARCHIVED), "comparison_page": 1,
+                                       "report": 1}
     folders = f"{len(ARCHIVED)} archived GPU folder{'' if len(ARCHIVED) == 1 else 's'} ({', '.join(ARCHIVED)})"
     assert f"no NVIDIA GPU found: `snakemake report` compiles the kernels and brings the reports of {folders} up to date;" \
         in proc.stderr
@@ -173,13 +175,18 @@ def reported(tmp_path_factory, built):
 def test_without_a_gpu_report_renders_what_is_due_and_then_nothing(reported):
     checkout, first = reported
     assert first.returncode == 0, first.stderr
-    assert job_counts(first.stderr) == {"render_report": len(ARCHIVED), "compare_gpus": 1, "report": 1}
+    assert job_counts(first.stderr) == {"render_report": len(ARCHIVED), "compare_gpus": 1,
+                                        "report_pages": len(ARCHIVED), "comparison_page": 1, "report": 1}
     for path in ["reports/README.md", *(f"reports/{slug}/{name}.md" for slug in ARCHIVED for name in ("report", "hopper"))]:
         assert (checkout / path).read_text() == (ROOT / path).read_text(), path
     # up to date means nothing to do: not a compile, not a render
     second = snakemake(checkout, "-n", "report")
     assert second.returncode == 0, second.stderr
     assert "Nothing to be done" in second.stdout and "Job stats" not in second.stdout
+
+
+PAGES = {"report": ["hopper", "report"], "tables": ["profile", "resources", "summary"]}  # build/pages/<gpu>/<name>.html
+FIGURES = ["hopper_sweep", "hopper_tflops", "stalls", "sweep", "tflops"]  # reports/<gpu>/<name>.png
 
 
 @NO_GPU
@@ -189,24 +196,124 @@ def test_snakemakes_html_report_holds_every_report_figure_and_table(reported):
     assert proc.returncode == 0, proc.stderr
     archive = zipfile.ZipFile(checkout / "report.zip")
     html = archive.read("report/report.html").decode()
-    # a category per archived GPU, its report, figures and tables; the comparison under "all GPUs"
+    # a category per archived GPU: its reports and tables as pages, its figures; the comparison under "all GPUs"
     categories = json.loads(re.search(r"var categories = (.*);\n", html)[1])
-    per_gpu = {slug: {"report": [f"reports/{slug}/hopper.md", f"reports/{slug}/report.md"],
-                      "figures": [f"reports/{slug}/{name}.png" for name in
-                                  ("hopper_sweep", "hopper_tflops", "stalls", "sweep", "tflops")],
-                      "tables": [f"results/{slug}/{name}.csv" for name in
-                                 ("cycles", "head_to_head", "profile", "resources", "summary")
-                                 if (ROOT / "results" / slug / f"{name}.csv").exists()]}
+    per_gpu = {slug: {"report": [f"build/pages/{slug}/{name}.html" for name in PAGES["report"]],
+                      "figures": [f"reports/{slug}/{name}.png" for name in FIGURES],
+                      "tables": [f"build/pages/{slug}/{name}.html" for name in PAGES["tables"]]}
                for slug in ARCHIVED}
-    assert categories == {**per_gpu, "all GPUs": {"report": ["reports/README.md"], "figures": ["reports/compare.png"]}}
-    # each file as archived (the TFLOPS of summary.csv and README.md with it), captioned
+    assert categories == {**per_gpu, "all GPUs": {"report": ["build/pages/README.html"], "figures": ["reports/compare.png"]}}
+    # every item one the viewer shows in the page (an image or HTML), as written
+    results = json.loads(re.search(r"var results = (\{.*\});\n", html)[1])
+    assert {path: entry["mime_type"] for path, entry in results.items()} == {
+        path: "image/png" if path.endswith(".png") else "text/html"
+        for files in (*per_gpu.values(), categories["all GPUs"]) for path in sum(files.values(), [])}
     held = {archive.read(name) for name in archive.namelist() if name.startswith("report/data/raw/")}
-    for files in (*per_gpu.values(), categories["all GPUs"]):
-        for path in sum(files.values(), []):
-            assert (checkout / path).read_bytes() in held, path
+    for path in results:
+        assert (checkout / path).read_bytes() in held, path
     assert "Every archived GPU side by side" in html
     for slug in ARCHIVED:
         assert f"TFLOPS of each kernel and PyTorch peer on {slug} at the case" in html
+
+
+@pytest.fixture(scope="module")
+def html_report(reported):
+    """Snakemake's report of the `reported` checkout as one HTML file, every item embedded."""
+    checkout, _ = reported
+    proc = snakemake(checkout, "--report", "report.html")
+    assert proc.returncode == 0, proc.stderr
+    return checkout, checkout / "report.html"
+
+
+SHOWN = """(() => {
+    // what the eye button of an item does: an item shown in the page has a click handler, not a download
+    const button = new ButtonViewManager(app).handleSelectedResult(%s);
+    if (!button.props.onClick) return "offered as a download: " + button.props.download;
+    button.props.onClick();
+    return "shown";
+})()"""
+
+PAGE = """(() => ({
+    title: document.title,
+    images: Array.from(document.images).map(img => ({
+        alt: img.alt, loaded: img.complete && img.naturalWidth > 0,
+        width: img.getBoundingClientRect().width, height: img.getBoundingClientRect().height})),
+    tables: Array.from(document.querySelectorAll("table")).map(table => ({
+        header: Array.from(table.querySelectorAll("thead th")).map(th => th.innerText.trim()),
+        rows: Array.from(table.querySelectorAll("tbody tr")).map(
+            tr => Array.from(tr.querySelectorAll("td")).map(td => td.innerText.trim()))})),
+}))()"""
+
+
+def shown_in_the_report(browser, path: str) -> dict:
+    """Click `path`'s eye button in report.html and read the page it shows: its title, figures (loaded,
+    their size on screen) and tables."""
+    assert browser.evaluate(SHOWN % json.dumps(path)) == "shown", path
+    page = browser.evaluate(f"results[{json.dumps(path)}].data_uri")
+    deadline = time.monotonic() + 20
+    while not (frame := next((f for f in browser.frames() if f["url"] == page), None)):
+        assert time.monotonic() < deadline, f"{path} is not shown in a frame"
+        time.sleep(0.1)
+    context = browser.context_of(frame["id"])
+    browser.wait_for("document.readyState === 'complete' && Array.from(document.images).every(i => i.complete)",
+                     context)
+    return browser.evaluate(PAGE, context)
+
+
+def table_headed(page: dict, *columns: str) -> dict:
+    """The one table of `page` whose header starts with `columns`."""
+    found = [t for t in page["tables"] if t["header"][:len(columns)] == list(columns)]
+    assert len(found) == 1, (columns, [t["header"] for t in page["tables"]])
+    return found[0]
+
+
+@NO_GPU
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium to open the report in (Debian: apt-get install chromium)")
+def test_a_browser_shows_every_report_table_and_figure_in_the_page(html_report):
+    checkout, report_html = html_report
+    import pandas as pd
+
+    with Browser() as browser:
+        for slug in ARCHIVED:
+            meta = json.loads((checkout / "results" / slug / "kernels.json").read_text())
+            summary = pd.read_csv(checkout / "results" / slug / "summary.csv")
+            case = summary[(summary.series == "check") & summary.is_case & summary.tflops.notna()]
+            tflops = {r.kernel: f"{r.tflops:.1f}" for r in case.itertuples()}
+            browser.open(report_html.as_uri())  # each page afresh, as a reader's click on it
+
+            report = shown_in_the_report(browser, f"build/pages/{slug}/report.html")
+            assert report["title"] == f"reports/{slug}/report.md"
+            chapter = [k["name"] for k in meta["kernels"] if k["kind"] == "peer" or k.get("line", "g3") == "g3"]
+            table = table_headed(report, "kernel", "change", "TFLOPS (100-step)")
+            assert [row[0].split()[0] for row in table["rows"]] == chapter  # "br128 (ablation of v13)"
+            assert [row[2].split()[0] for row in table["rows"]] == [tflops[name] for name in chapter]
+            assert [img["alt"] for img in report["images"]] == ["TFLOPS per kernel and peer", "TFLOPS against S",
+                                                              "Warp stall reasons per kernel"]
+
+            hopper = shown_in_the_report(browser, f"build/pages/{slug}/hopper.html")
+            line = [k["name"] for k in meta["kernels"] if k.get("line") == "hopper"]
+            assert [row[0] for row in table_headed(hopper, "version", "change")["rows"]] == line
+            goal = table_headed(hopper, "where")
+            sweep_from = [f"S={s}" for s in sorted(summary[summary.series == "sweep"].S.unique()) if s >= 4096]
+            assert [row[0] for row in goal["rows"]] == ["case", *sweep_from]
+            assert all(re.fullmatch(r"\d+\.\d{2}", row[3]) for row in goal["rows"]), goal["rows"]
+            assert len(hopper["images"]) == 2
+
+            for page in (report, hopper):
+                for img in page["images"]:
+                    assert img["loaded"] and img["width"] > 100 and img["height"] > 100, (page["title"], img)
+
+            for name in PAGES["tables"]:
+                table = shown_in_the_report(browser, f"build/pages/{slug}/{name}.html")["tables"]
+                csv = pd.read_csv(checkout / "results" / slug / f"{name}.csv")
+                assert len(table) == 1 and table[0]["header"] == list(csv.columns), name
+                assert len(table[0]["rows"]) == len(csv), name
+
+        browser.open(report_html.as_uri())
+        comparison = shown_in_the_report(browser, "build/pages/README.html")
+        rows = table_headed(comparison, "kernel")["rows"]
+        assert len(rows) >= len(meta["kernels"]) and len(comparison["images"]) == 1
+        assert comparison["images"][0]["loaded"] and comparison["images"][0]["width"] > 100
 
 
 def _archs_here():

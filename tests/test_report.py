@@ -7,7 +7,7 @@ import pytest
 
 from flashbench import FlashbenchError, claims, conclusions, report
 from flashbench.files import write_json
-from flashbench.summary import SUMMARY_COLUMNS, choices
+from flashbench.summary import SUMMARY_COLUMNS, choices, own_choices
 
 import records
 from conftest import ROOT
@@ -93,8 +93,43 @@ def test_missing_results_are_a_clear_error(tmp_path):
     assert not (tmp_path / "out" / "report.md").exists()
 
 
-def test_kernel_choices_are_read_from_the_source():
-    assert "stmatrix" in choices(ROOT / "kernels" / "v11.cu")
+def test_kernel_choices_are_read_from_the_source_one_paragraph_each():
+    assert len(choices(ROOT / "kernels" / "v11.cu")) == 1 and choices(ROOT / "kernels" / "v11.cu")[0].startswith("stmatrix")
+    v14 = choices(ROOT / "kernels" / "v14.cu")
+    assert len(v14) == 4 and v14[-1] == "O is stored with plain 4-byte stores from the accumulator layout (a TMA store is later)."
+    assert not any("Choice:" in c for c in v14)
+
+
+def test_each_version_lists_its_own_choices_not_those_it_restates(settings):
+    sources = {k.name: ROOT / k.source for k in settings.kernels}
+    own = own_choices([{"name": k.name, "kind": k.kind} for k in settings.kernels], sources)
+    versions = [k.name for k in settings.kernels if k.kind == "version"]
+    for before, after in zip(versions, versions[1:]):
+        assert own[after] and not set(own[after]) & set(choices(sources[before])), after
+    # V19's file restates V18's two schedule choices word for word: they are V18's; its own are its stages and O tile
+    assert any(c.startswith("row tiles vary fastest") for c in own["v18"])
+    assert not any(c.startswith("row tiles vary fastest") or c.startswith("a static schedule") for c in own["v19"])
+    assert any(c.startswith("2 K/V stages") for c in own["v19"]) and any(c.startswith("a dedicated O tile") for c in own["v19"])
+    assert own["br128"] == own["v13"] == choices(ROOT / "kernels" / "v13.cu")  # an ablation: its parent's file
+
+
+def test_the_check_shapes_say_which_kernels_were_checked_where():
+    summary, _, _, _ = report.load(ROOT / "results" / "nvidia-h200")
+    shapes = report.checked_shapes(summary[summary.series == "check"])
+    assert shapes["shared_shapes"] == ["B=1 H=8 S=8192", "B=2 H=16 S=2048", "B=4 H=3 S=384"]
+    assert shapes["own_shapes"] == {"B=3 H=5 S=64": ["v11", "v12", "v13"],
+                                    "B=3 H=5 S=128": ["br128", "hybrid_smem", *(f"v{n}" for n in range(14, 23))]}
+
+
+def test_the_render_log_names_every_file_it_wrote(tmp_path, capsys):
+    from flashbench.cli import main
+
+    out = results_folder(tmp_path, G3)
+    reports = tmp_path / "reports"
+    assert main(["render", "--results", str(out), "--reports", str(reports), "--template", str(TEMPLATE),
+                 "--slug", "nvidia-h200"]) == 0
+    logged = [line.removeprefix("wrote ") for line in capsys.readouterr().out.splitlines()]
+    assert sorted(logged) == sorted(str(p) for p in reports.iterdir()) and len(logged) == 7
 
 
 ARCHIVED = sorted(p.parent.name for p in (ROOT / "results").glob("*/summary.csv"))
@@ -269,6 +304,10 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     assert "- **sdpa_auto**: ahead at case, S=512, S=2048." in text and "- **v14**: " not in text
     assert re.search(r"\| case \| v14 \| graph \| 1\.3[56] \|", text)  # v15 against its predecessor, 590 / 436
     assert "| v15 | 104.8k |" in text  # cycles at the case: 34.36 GFLOP at 590 TFLOPS and 1.8 GHz
+    # each version's own choices, one a line
+    assert "## Each version's own choices" in text
+    assert "- **v14** (`kernels/v14.cu`):\n    - QK^T and PV each wait for their own wgmma group" in text
+    assert "\n    - as in V14, the row sums are kept per thread" in text  # v15's
     assert (tmp_path / "b" / "reports" / "hopper_sweep.png").stat().st_size > 1000
     from flashbench import hopper
 
@@ -288,3 +327,73 @@ def test_an_archive_from_an_older_pipeline_is_refused_with_one_clear_error(tmp_p
     summary.drop(columns=["inputs", "margin"]).to_csv(out / "summary.csv", index=False)
     with pytest.raises(FlashbenchError, match="summary.csv was written by an older pipeline or cut short \\(no inputs, margin\\)"):
         report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200")
+
+
+# ---- the figures ---------------------------------------------------------------------------------------
+
+DPI = 120  # report._save's
+LAPTOP_WIDTH = 1600  # px: a figure at most this wide reads at 100% on a laptop's screen
+SMALLEST_FONT = 9  # pt, 15 px at DPI
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory):
+    """Every figure of a render of the chapter and the Hopper line, and of the comparison: {file name:
+    the matplotlib figure as saved}."""
+    from flashbench import compare
+
+    tmp = tmp_path_factory.mktemp("figures")
+    out = results_folder(tmp, {**G3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER)
+    figures, save = {}, report._save
+
+    def keep(fig, path):
+        save(fig, path)
+        figures[path.name] = fig
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report, "_save", keep)
+        report.render(out, tmp / "reports", TEMPLATE, "nvidia-h200")
+        compare.render([out], ROOT / "workflow" / "templates" / "compare.md.j2", tmp / "README.md", tmp / "compare.png")
+    return figures
+
+
+def test_every_figure_reads_at_100_percent_on_a_laptop(drawn):
+    assert set(drawn) == {*report.FIGURES.values(), *report.HOPPER_FIGURES.values(), "compare.png"}
+    for name, fig in drawn.items():
+        width, height = fig.get_size_inches() * DPI
+        assert 800 <= width <= LAPTOP_WIDTH and height <= 1200, (name, width, height)
+        texts = [t for t in fig.findobj(lambda a: hasattr(a, "get_text") and hasattr(a, "get_fontsize"))
+                 if t.get_text().strip() and t.get_visible()]
+        assert texts and min(t.get_fontsize() for t in texts) >= SMALLEST_FONT, name
+
+
+def test_bars_fill_our_kernels_hatch_the_peers_and_read_horizontally(drawn):
+    peers = {p["name"] for p in records.PEERS}
+    for name in ("tflops.png", "hopper_tflops.png", "compare.png"):
+        ax = drawn[name].axes[0]
+        labels = [t.get_text() for t in ax.get_yticklabels()]  # the kernels and peers, one a row
+        assert peers <= set(labels) and len(labels) > len(peers), name
+        bars = [bar for container in ax.containers for bar in container]
+        assert bars and all(bar.get_width() > bar.get_height() for bar in bars), name
+        for bar in bars:
+            kernel = labels[round(bar.get_y() + bar.get_height() / 2)]
+            assert (bar.get_hatch() == "///") == (kernel in peers), (name, kernel)
+        legends = list(dict.fromkeys(a for a in ax.get_children() if isinstance(a, type(ax.legend_))))
+        assert [legend.get_title().get_text() for legend in legends] == ["TFLOPS from", "implementation"], name
+
+
+def test_sweep_lines_each_their_own_ours_solid_peers_dashed_headline_thicker(drawn):
+    peers = {p["name"] for p in records.PEERS}
+    for name, headline in (("sweep.png", {"v13", "sdpa_auto"}), ("hopper_sweep.png", {"v15", "sdpa_auto"})):
+        ax = drawn[name].axes[0]
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert peers <= set(lines) and len(lines) > len(peers), name
+        looks = {(tuple(line.get_color()), line.get_linestyle(), line.get_marker()) for line in lines.values()}
+        assert len(looks) == len(lines), f"{name}: two lines look alike"
+        assert len({tuple(line.get_color()) for line in lines.values()}) == len(lines), f"{name}: a colour twice"
+        for label, line in lines.items():
+            assert (line.get_linestyle() == "--") == (label in peers), (name, label)  # dashes show as "--"
+            assert (line.get_linewidth() == report.HEADLINE_WIDTH) == (label in headline), (name, label)
+        legends = list(dict.fromkeys(a for a in ax.get_children() if isinstance(a, type(ax.legend_))))
+        assert [legend.get_title().get_text() for legend in legends] == ["our kernels (solid)",
+                                                                         "PyTorch peers (dashed)"], name

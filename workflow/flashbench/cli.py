@@ -1,6 +1,6 @@
 """Command line of the pipeline's stages; each Snakemake rule calls one subcommand.
 
-    python -m flashbench compile | check | bench | sweep | profile | summarize | render | compare ...
+    python -m flashbench compile | check | bench | sweep | profile | summarize | render | compare | pages ...
     python -m flashbench wheelhouse --python 3.12 --platform manylinux_2_28_x86_64 DIR
 
 Errors the user can act on print one line, `error: ...`, and exit 1.
@@ -328,15 +328,26 @@ def cmd_summarize(a) -> None:
 
 
 def cmd_render(a) -> None:
-    from .report import render
+    from .report import WRITTEN, render
 
-    print(f"wrote {render(a.results, a.reports, a.template, a.slug)}")
+    render(a.results, a.reports, a.template, a.slug)
+    for name in WRITTEN:
+        print(f"wrote {Path(a.reports) / name}")
 
 
 def cmd_compare(a) -> None:
     from .compare import render
 
     print(f"wrote {render(a.results, a.template, a.table, a.figure)} and {a.figure}")
+
+
+def cmd_pages(a) -> None:
+    from .pages import render
+
+    for source in map(Path, a.sources):
+        out = Path(a.out_dir) / f"{source.stem}.html"
+        write_text(out, render(source))
+        print(f"wrote {out} (from {source})")
 
 
 def cmd_wheelhouse(a) -> None:
@@ -535,6 +546,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--table", required=True, help="the markdown table, beside each GPU's report folder")
     r.add_argument("--figure", required=True)
     r.set_defaults(run=cmd_compare)
+
+    r = sub.add_parser("pages", help="the HTML pages of Snakemake's report: each markdown report and table as a page")
+    r.add_argument("--sources", nargs="+", required=True, help="markdown reports (their figures beside them) and CSV tables")
+    r.add_argument("--out-dir", required=True, help="where <name>.html goes for each <name>.md or <name>.csv")
+    r.set_defaults(run=cmd_pages)
 
     w = sub.add_parser("wheelhouse", help="download every wheel the pipeline needs, for a host without internet")
     w.add_argument("folder", help="where the wheels go (created if need be)")

@@ -75,7 +75,7 @@ def render(results_dirs: list[Path | str], template: Path | str, table: Path | s
              for r in table_rows if r["published"] is not None]
     text = fill(template, columns=columns, rows=table_rows, published=PUBLISHED,
                 figure=os.path.relpath(figure, table.parent))
-    bars_figure(bars, [r["name"] for r in table_rows],
+    bars_figure(bars, [r["name"] for r in table_rows], {r["name"]: r["kind"] for r in table_rows},
                 "Attention forward at the case, fp16: every archived GPU and the write-up's B300", figure)
     write_text(table, text)
     return table

@@ -18,7 +18,7 @@ from .validation import BadRecord, read_record, read_table, summary_problem
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
 HOPPER_FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
 HOPPER_TEMPLATE = "hopper.md.j2"  # beside the chapter's template
-REPORT_FILES = ["report.md", "hopper.md", *FIGURES.values(), *HOPPER_FIGURES.values()]  # what render writes
+WRITTEN = ("report.md", *FIGURES.values(), "hopper.md", *HOPPER_FIGURES.values())  # what render writes
 
 
 def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
@@ -70,25 +70,85 @@ def _nothing_to_plot(ax, why: str) -> None:
 
 
 PUBLISHED = "write-up, B300"
+PEER = "peer"  # the kind of a PyTorch peer in kernels.json; every other kind is one of our kernels
+# Our kernels: solid lines and filled bars in one categorical palette; the peers: dashed lines and
+# hatched bars in another, so that the two are told apart at a glance and every line has its own
+# colour (a palette runs out only past 10 of ours or 8 peers, where the markers still differ).
+OURS_PALETTE, PEERS_PALETTE = "tab10", "Dark2"
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+PEER_DASHES = ((5, 2), (2, 1.5), (6, 2, 1.5, 2), (1, 1), (8, 2, 1.5, 2, 1.5, 2), (3, 3))
+HEADLINE_WIDTH, LINE_WIDTH = 3.0, 1.6
+FONT = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10, "ytick.labelsize": 10,
+        "legend.fontsize": 10, "legend.title_fontsize": 10}
 
 
-def bars_figure(bars: list[dict], order: list[str], title: str, path: Path) -> None:
-    """Grouped bars of TFLOPS: `bars` are {kernel, TFLOPS, source}, one hue per source, the kernels
-    and peers in `order`."""
+def line_styles(names: list[str], kinds: dict[str, str], headline: dict[str, str] | None = None) -> dict[str, dict]:
+    """matplotlib keywords of each implementation's line, in `names` order: ours solid, each its own
+    colour and marker; the peers dashed, each its own colour, dash and marker; the `headline` ones
+    thicker."""
     import seaborn as sns
 
+    headline = headline or {}
+    ours = [n for n in names if kinds[n] != PEER]
+    peers = [n for n in names if kinds[n] == PEER]
+    styles = {}
+    for group, palette in ((ours, OURS_PALETTE), (peers, PEERS_PALETTE)):
+        colours = sns.color_palette(palette, max(len(group), 1))
+        for i, name in enumerate(group):
+            style = {"color": colours[i % len(colours)], "marker": MARKERS[i % len(MARKERS)],
+                     "linewidth": HEADLINE_WIDTH if name in headline else LINE_WIDTH,
+                     "markersize": 7 if name in headline else 5}
+            if group is peers:
+                style |= {"dashes": PEER_DASHES[i % len(PEER_DASHES)], "markerfacecolor": "white"}
+            styles[name] = style
+    return {n: styles[n] for n in names}
+
+
+def _legend_outside(ax, handles_by_title: dict[str, list]) -> None:
+    """One legend per group (our kernels, the peers), stacked right of the axes, titled in words."""
+    top = 1.0
+    for title, handles in handles_by_title.items():
+        if not handles:
+            continue
+        legend = ax.legend(handles=handles, title=title, loc="upper left", bbox_to_anchor=(1.01, top),
+                           frameon=False, alignment="left")
+        ax.add_artist(legend)
+        legend.set_clip_on(False)  # counted in the layout, which leaves it room
+        ax.figure.canvas.draw()  # the legend's height, to put the next one under it
+        top = ax.transAxes.inverted().transform(legend.get_window_extent())[0][1] - 0.03
+
+
+def bars_figure(bars: list[dict], order: list[str], kinds: dict[str, str], title: str, path: Path) -> None:
+    """Horizontal bars of TFLOPS, a group per kernel or peer in `order` (top to bottom), a bar per
+    source: `bars` are {kernel, TFLOPS, source}, one colour per source; our kernels' bars filled, the
+    peers' hatched."""
+    import matplotlib
+    import seaborn as sns
+    from matplotlib.patches import Patch
+
     sources = list(dict.fromkeys(b["source"] for b in bars))
-    fig, ax = _axes(max(6.0, 1.5 + 0.55 * len(order) * max(2, len(sources))), 4.4)
-    if bars:
-        sns.barplot(data=pd.DataFrame(bars), x="kernel", y="TFLOPS", hue="source", order=order, ax=ax)
-        for container in ax.containers:
-            ax.bar_label(container, fmt="%.0f", fontsize=7)
-        ax.legend(title=None, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(sources), 4),
-                  frameon=False)
-        ax.tick_params(axis="x", labelrotation=25, labelsize=8)
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel("")
-    _save(fig, path)
+    with matplotlib.rc_context(FONT):
+        fig, ax = _axes(10.0, 1.3 + 0.19 * len(order) * max(1, len(sources)) + 0.2 * len(sources))
+        if bars:
+            colours = dict(zip(sources, sns.color_palette("colorblind", len(sources))))
+            sns.barplot(data=pd.DataFrame(bars), y="kernel", x="TFLOPS", hue="source", order=order,
+                        hue_order=sources, palette=colours, saturation=1, orient="h", ax=ax, legend=False)
+            for source, container in zip(sources, ax.containers):
+                for bar in container:  # a source's bars skip the kernels it has no figure for: placed by y
+                    if kinds.get(order[round(bar.get_y() + bar.get_height() / 2)]) == PEER:
+                        bar.set(hatch="///", facecolor=(*colours[source], 0.35), edgecolor=colours[source])
+                ax.bar_label(container, fmt="%.0f", padding=3, fontsize=9)
+            ax.margins(x=0.08)
+            _legend_outside(ax, {
+                "TFLOPS from": [Patch(facecolor=colours[s], label=s) for s in sources],
+                "implementation": [Patch(facecolor="0.45", label="our kernel"),
+                                   Patch(facecolor=(0.45, 0.45, 0.45, 0.35), edgecolor="0.45", hatch="///",
+                                         label="PyTorch peer")]})
+            ax.set_xlabel("TFLOPS")
+            ax.set_ylabel("")
+            ax.grid(axis="x", alpha=0.3)
+        ax.set_title(title)
+        _save(fig, path)
 
 
 def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path) -> None:
@@ -99,49 +159,74 @@ def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path) -> No
             bars.append({"kernel": r["name"], "TFLOPS": r["tflops"], "source": f"measured, {gpu_name}"})
         if r["published_tflops"] is not None:
             bars.append({"kernel": r["name"], "TFLOPS": r["published_tflops"], "source": PUBLISHED})
-    bars_figure(bars, [r["name"] for r in rows],
+    bars_figure(bars, [r["name"] for r in rows], {r["name"]: r["kind"] for r in rows},
                 f"Attention forward, B={case['B']} H={case['H']} S={case['S']} D={case['D']}, fp16", path)
 
 
-def sweep_figure(sweep: pd.DataFrame, order: list[str], gpu_name: str, case: dict, path: Path) -> None:
-    """TFLOPS against S, one line per kernel or peer (dashed: peers)."""
-    import seaborn as sns
+def sweep_figure(sweep: pd.DataFrame, order: list[str], headline: dict[str, str], gpu_name: str, case: dict,
+                 path: Path) -> None:
+    """TFLOPS against S, one line per kernel or peer (ours solid, the peers dashed), the `headline`
+    ones ({name: why}) thicker, their legend entries saying why."""
+    import matplotlib
+    from matplotlib.lines import Line2D
 
-    fig, ax = _axes(8.0, 4.8)
-    timed = sweep.dropna(subset=["tflops"])
-    if timed.empty:
-        _nothing_to_plot(ax, "no sweep in this run")
-    else:
-        styles = {name: ("peer" if kind == "peer" else "kernel") for name, kind in zip(timed.kernel, timed.kind)}
-        data = timed.assign(implementation=timed.kernel, what=timed.kernel.map(styles))
-        sns.lineplot(data=data, x="S", y="tflops", hue="implementation", style="what", markers=True,
-                     hue_order=[n for n in order if n in styles], ax=ax)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(timed.S.unique()), [str(s) for s in sorted(timed.S.unique())])
-        ax.set_ylabel("TFLOPS")
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
-        ax.set_title(f"TFLOPS against S on the {gpu_name}, B={case['B']} H={case['H']} D={case['D']}", fontsize=10)
-    _save(fig, path)
+    with matplotlib.rc_context(FONT):
+        fig, ax = _axes(11.0, 5.6)
+        timed = sweep.dropna(subset=["tflops"])
+        if timed.empty:
+            _nothing_to_plot(ax, "no sweep in this run")
+        else:
+            kinds = dict(zip(timed.kernel, timed.kind))
+            names = [n for n in order if n in kinds]
+            styles = line_styles(names, kinds, headline)
+            for name in names:
+                points = timed[timed.kernel == name].sort_values("S")
+                ax.plot(points.S, points.tflops, label=name, **styles[name])
+            lengths = sorted(timed.S.unique())
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(lengths, [str(s) for s in lengths])
+            ax.set_xlim(lengths[0] / 1.15, lengths[-1] * 1.15)
+            ax.set_xlabel("sequence length S")
+            ax.set_ylabel("TFLOPS")
+            ax.grid(alpha=0.3)
+
+            def handle(name):
+                style = {k: v for k, v in styles[name].items() if k != "dashes"}
+                line = Line2D([], [], label=name + (f" ({headline[name]})" if name in headline else ""), **style)
+                if "dashes" in styles[name]:
+                    line.set_dashes(styles[name]["dashes"])
+                return line
+
+            _legend_outside(ax, {"our kernels (solid)": [handle(n) for n in names if kinds[n] != PEER],
+                                 "PyTorch peers (dashed)": [handle(n) for n in names if kinds[n] == PEER]})
+            ax.set_title(f"TFLOPS against S on the {gpu_name}, B={case['B']} H={case['H']} D={case['D']}")
+        _save(fig, path)
 
 
 def stalls_figure(profile: pd.DataFrame, order: list[str], path: Path, shown: int = 7) -> None:
-    """Stacked bars: cycles each kernel's warps spend per issued instruction in each stall reason."""
-    fig, ax = _axes(8.0, 4.6)
-    columns = [c for c in profile.columns if c.startswith("stall_") and c != "stall_selected"]
-    if profile.empty:
-        _nothing_to_plot(ax, "not profiled in this run")
-    else:
-        data = profile.set_index("kernel").reindex([n for n in order if n in set(profile.kernel)])[columns]
-        data.columns = [c.removeprefix("stall_") for c in columns]
-        top = data.sum().sort_values(ascending=False).index[:shown]
-        data = data[list(top)].assign(other=data.drop(columns=list(top)).sum(axis=1))
-        data.plot(kind="bar", stacked=True, ax=ax, colormap="tab10", width=0.7)
-        ax.set_ylabel("stall cycles per issued instruction")
-        ax.set_xlabel("")
-        ax.tick_params(axis="x", labelrotation=0)
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
-        ax.set_title("Warp stall reasons at the case (Nsight Compute)", fontsize=10)
-    _save(fig, path)
+    """Stacked horizontal bars: cycles each kernel's warps spend per issued instruction in each stall
+    reason, the `shown` largest reasons and the rest summed."""
+    import matplotlib
+
+    with matplotlib.rc_context(FONT):
+        profiled = [n for n in order if n in set(profile.kernel)]
+        fig, ax = _axes(10.0, 1.6 + 0.45 * max(len(profiled), 3))
+        columns = [c for c in profile.columns if c.startswith("stall_") and c != "stall_selected"]
+        if profile.empty:
+            _nothing_to_plot(ax, "not profiled in this run")
+        else:
+            data = profile.set_index("kernel").reindex(profiled)[columns]
+            data.columns = [c.removeprefix("stall_").replace("_", " ") for c in columns]
+            top = data.sum().sort_values(ascending=False).index[:shown]
+            data = data[list(top)].assign(other=data.drop(columns=list(top)).sum(axis=1))
+            data.iloc[::-1].plot(kind="barh", stacked=True, ax=ax, colormap="tab10", width=0.7)
+            ax.set_xlabel("stall cycles per issued instruction")
+            ax.set_ylabel("")
+            ax.grid(axis="x", alpha=0.3)
+            ax.legend(title="stall reason", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                      alignment="left")
+            ax.set_title("Warp stall reasons at the case (Nsight Compute)")
+        _save(fig, path)
 
 
 def _none(x):
@@ -166,6 +251,23 @@ def correctness(checked: pd.DataFrame, order: list[str]) -> list[dict]:
                     **{m: worst[m] for m in METRICS}, **{f"yardstick_{m}": worst[f"yardstick_{m}"] for m in METRICS}},
             })
     return rows
+
+
+def _shape(b, h, s) -> str:
+    return f"B={b} H={h} S={s}"
+
+
+def checked_shapes(checked: pd.DataFrame) -> dict:
+    """The shapes of the check beyond the case: `shared_shapes`, those every kernel and peer was checked
+    at, and `own_shapes`, {shape: the kernels checked there} for the others (each kernel's smallest S)."""
+    beyond = checked[~checked.is_case]
+    shapes = {name: {(r.B, r.H, r.S) for r in rows.itertuples()} for name, rows in beyond.groupby("kernel", sort=False)}
+    shared = set.intersection(*shapes.values()) if shapes else set()
+    own = {}
+    for name, mine in shapes.items():
+        for shape in sorted(mine - shared):
+            own.setdefault(_shape(*shape), []).append(name)
+    return {"shared_shapes": [_shape(*shape) for shape in sorted(shared)], "own_shapes": own}
 
 
 def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict, slug: str) -> dict:
@@ -218,7 +320,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "resources": {(r.kernel, r.arch): r._asdict() for r in resources.itertuples()},
         "correctness": correctness(checked, order=[k["name"] for k in kernels]),
         "failures": [{k: _none(v) for k, v in row.items()} for row in checked[checked.passed != True].to_dict("records")],  # noqa: E712
-        "extra_shapes": sorted({(r.B, r.H, r.S) for r in checked[~checked.is_case].itertuples()}),
+        **checked_shapes(checked),
         "throttled": list(dict.fromkeys(r.kernel for r in case[case.throttled == True].itertuples())),  # noqa: E712
         "sweep_lengths": [int(s) for s in by_steps.columns],
         "sweep_rows": [{"name": name, "tflops": [_none(v) for v in values]}
@@ -274,9 +376,13 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     order = ctx["order"]
     # Everything is rendered first, beside the folder: a render that fails leaves the report as it was
     paired = read_paired(results_dir)
-    with staged_folder(report_dir, REPORT_FILES) as staging:
+    last_version = [k["name"] for k in meta["kernels"] if k["kind"] == "version"][-1:]
+    headline = {**{n: "the chapter's last" for n in last_version},
+                **({ctx["baseline"]: "the baseline"} if ctx["baseline"] else {})}
+    with staged_folder(report_dir, list(WRITTEN)) as staging:
         tflops_figure(ctx["rows"], ctx["gpu_name"], meta["case"], staging / FIGURES["tflops"])
-        sweep_figure(summary[summary.series == "sweep"], order, ctx["gpu_name"], meta["case"], staging / FIGURES["sweep"])
+        sweep_figure(summary[summary.series == "sweep"], order, headline, ctx["gpu_name"], meta["case"],
+                     staging / FIGURES["sweep"])
         stalls_figure(profile, order, staging / FIGURES["stalls"])
         write_text(staging / "report.md", text)
         render_hopper(*everything, Path(template).with_name(HOPPER_TEMPLATE), staging, slug, ctx["gpu_name"], paired)
@@ -303,11 +409,14 @@ def render_hopper(summary, resources, profile, meta, template: Path, report_dir:
     ctx = hopper.context(summary, resources, profile, meta, **paired)
     names = set(ctx["order"])
     checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
-    rows = [{"name": n, "tflops": hopper.tflops_of(case_rows(summary), n), "published_tflops": None}
+    kinds = {k["name"]: k["kind"] for k in meta["kernels"]}
+    rows = [{"name": n, "kind": kinds[n], "tflops": hopper.tflops_of(case_rows(summary), n), "published_tflops": None}
             for n in ctx["order"]]
     tflops_figure(rows, gpu_name, meta["case"], report_dir / HOPPER_FIGURES["tflops"])
     sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]
-    sweep_figure(sweep, ctx["order"], gpu_name, meta["case"], report_dir / HOPPER_FIGURES["sweep"])
+    best = (meta.get("headline") or [None])[0]
+    headline = {**({best: "the line's best"} if best else {}), **{n: "the goal's rival" for n in ctx["rivals"].values()}}
+    sweep_figure(sweep, ctx["order"], headline, gpu_name, meta["case"], report_dir / HOPPER_FIGURES["sweep"])
     measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
     text = fill(template, **ctx, meta=meta, slug=slug, gpu_name=gpu_name, figures=HOPPER_FIGURES, commits=measured,
         correctness=correctness(checked, [k["name"] for k in ctx["line"]]))

@@ -4,7 +4,7 @@ results/<gpu>/summary.csv    one row per kernel or peer and shape: the checked s
                              "check", timings on the case) and the sweep's lengths (series "sweep")
 results/<gpu>/resources.csv  one row per kernel and architecture, from ptxas and the contract
 results/<gpu>/profile.csv    one row per profiled kernel: Nsight Compute's readings at the case
-results/<gpu>/kernels.json   what each kernel and peer is (kind, change, published figure, choices
+results/<gpu>/kernels.json   what each kernel and peer is (kind, change, published figure, its own choices
                              made, where its warps stall) and what the run skipped
 """
 from __future__ import annotations
@@ -42,19 +42,39 @@ PROFILE_COLUMNS = ["kernel", *METRICS, *(f"stall_{s}" for s in STALLS), "softmax
 _CHOICE = re.compile(r"^\s*//\s*Choice:\s*(.*)$")
 
 
-def choices(source: Path | str) -> str | None:
-    """The `// Choice: ...` paragraph of a kernel file: what it decided where the write-up is vague."""
-    lines, text = Path(source).read_text().splitlines(), []
-    for i, line in enumerate(lines):
+def choices(source: Path | str) -> list[str]:
+    """Each `// Choice: ...` paragraph of a kernel file, in order: what it decided where the write-up is
+    vague. A paragraph runs to a bare `//`, the next `// Choice:` or the end of the comment."""
+    paragraphs, current = [], None
+    for line in Path(source).read_text().splitlines():
+        body = line.strip()
         if m := _CHOICE.match(line):
-            text.append(m[1])
-            for follow in lines[i + 1 :]:
-                body = follow.strip()
-                if not body.startswith("//") or body == "//":
-                    break
-                text.append(body[2:].strip())
-            break
-    return " ".join(text) or None
+            current = [m[1]]
+            paragraphs.append(current)
+        elif current is not None and body.startswith("//") and body != "//":
+            current.append(body[2:].strip())
+        else:
+            current = None
+    return [" ".join(words) for words in paragraphs]
+
+
+def own_choices(kernels: list[dict], sources: dict[str, str]) -> dict[str, list[str]]:
+    """Each kernel's choices (`sources`: its file), less those the version before it states word for
+    word: a version's file may restate what it keeps of its predecessor's design (V19's the schedule
+    of V18), and that choice is the predecessor's. An ablation, built from its parent's file, has its
+    parent's."""
+    own, previous = {}, None
+    for k in kernels:
+        if k["name"] not in sources:  # a peer
+            continue
+        mine = choices(sources[k["name"]])
+        if k["kind"] == "version":
+            kept = set(choices(sources[previous])) if previous else set()
+            own[k["name"]] = [c for c in mine if c not in kept]
+            previous = k["name"]
+        else:
+            own[k["name"]] = mine
+    return own
 
 
 def resources_table(compile_records: list[dict]) -> pd.DataFrame:
@@ -192,14 +212,14 @@ def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile
     belong_together(compile_records, runs_here, check=checks, bench=benches, sweep=sweeps, profile=profiles)
     resources = resources_table(compile_records)
     summary = summary_table(kernels, checks, benches, resources, runs_here, gpu_arch, case, sweeps)
-    sources = {r["kernel"]: r["source"] for r in compile_records}
+    choices_of = own_choices(kernels, {r["kernel"]: r["source"] for r in compile_records})
     meta = {
         "gpu_arch": gpu_arch,
         "case": case,
         "gate": next(iter(checks.values()))["gate"],
         "inputs": next((c["inputs"] for c in checks.values() if c.get("inputs")), []),
         **(settings or {}),
-        "kernels": [{**k, "choices": choices(sources[k["name"]]) if k["name"] in sources else None,
+        "kernels": [{**k, "choices": choices_of.get(k["name"]),
                      "check_passed": checks[k["name"]]["passed"], "check_reason": checks[k["name"]]["reason"],
                      "skipped": checks[k["name"]].get("skipped"),
                      "identity": {f: checks[k["name"]][f] for f in ("torch", "cudnn", "backend") if f in checks[k["name"]]},

@@ -80,7 +80,12 @@ REPORT_TEMPLATE = "workflow/templates/report.md.j2"
 HOPPER_TEMPLATE = "workflow/templates/hopper.md.j2"  # rendered beside it, from the same folder
 ALL_BUILT = ancient("build/all-built")  # see rule all_built
 COMPARE_TEMPLATE = "workflow/templates/compare.md.j2"
-COMPARISON = {"table": "reports/README.md", "figure": "reports/compare.png"}  # every GPU side by side
+# The HTML pages of Snakemake's report (snakemake --report): each markdown report and table as a page
+PAGES = "build/pages"
+# every GPU side by side, and its page
+COMPARISON = {"table": "reports/README.md", "figure": "reports/compare.png", "page": f"{PAGES}/README.html"}
+REPORTS = ("report", "hopper")  # reports/<gpu>/<name>.md
+REPORT_TABLES = ("summary", "resources", "profile", "head_to_head", "cycles")  # results/<gpu>/<name>.csv
 
 
 wildcard_constraints:
@@ -195,6 +200,11 @@ def report_figures(gpu):
     return [f"reports/{gpu}/{name}" for name in names]
 
 
+def report_pages(gpu, names):
+    """The HTML page of each of `names` (reports or tables) of `gpu`, by name."""
+    return {name: f"{PAGES}/{gpu}/{name}.html" for name in names}
+
+
 def report_outputs(gpu):
     return [f"reports/{gpu}/report.md", f"reports/{gpu}/hopper.md", *report_figures(gpu)]
 
@@ -217,6 +227,12 @@ def reported_gpus():
 
 def rendered_reports():
     return [path for gpu in reported_gpus() for path in report_outputs(gpu)]
+
+
+def html_report_pages():
+    """The pages Snakemake's HTML report shows beside the figures, of each GPU (the comparison's is
+    in COMPARISON)."""
+    return [page for gpu in reported_gpus() for names in (REPORTS, REPORT_TABLES) for page in report_pages(gpu, names).values()]
 
 
 if not GPU_MODE:

@@ -1,6 +1,9 @@
 # summarize: this GPU's records into its tidy tables (GPU mode only: an archive is never
 # re-summarized with another machine's builds). render_report: any GPU's report from its tables.
-# compare_gpus: every reported GPU's TFLOPS side by side.
+# compare_gpus: every reported GPU's TFLOPS side by side. report_pages, comparison_page: what
+# Snakemake's HTML report shows (snakemake --report): each markdown report and table as an HTML page,
+# the figures inside the reports (the viewer shows images, HTML and PDF in the page, and offers
+# anything else as a download).
 
 if GPU_MODE:
     from flashbench.validation import Expected
@@ -54,25 +57,16 @@ if GPU_MODE:
             f" --settings {{params.settings:q}} --expected {{params.expected:q}} --out-dir results/{GPU_SLUG} 2>&1 > {{log}} | tee -a {{log}} >&2"
 
 
-def paired_tables(w):
-    """head_to_head.csv and cycles.csv, where this run makes them or the archive has them (one from
-    before the head-to-head has neither, and its report says so)."""
-    paths = [f"results/{w.gpu}/{table}.csv" for table in ("head_to_head", "cycles")]
-    made_here = GPU_MODE and w.gpu == GPU_SLUG
-    return [in_report(p, "tables") for p in paths if made_here or Path(p).exists()]
-
-
 rule render_report:
     input:
-        **{table: in_report(f"results/{{gpu}}/{table}.csv", "tables") for table in ("summary", "resources", "profile")},
-        paired=paired_tables,
+        **{table: f"results/{{gpu}}/{table}.csv" for table in REPORT_TABLES},
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
         hopper_template=HOPPER_TEMPLATE,
-        code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "cli"),
+        code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "hopper", "cli"),
     output:
-        report=archive_output(in_report("reports/{gpu}/report.md", "report")),
-        hopper=archive_output(in_report("reports/{gpu}/hopper.md", "report")),
+        report=archive_output("reports/{gpu}/report.md"),
+        hopper=archive_output("reports/{gpu}/hopper.md"),
         **{Path(figure).stem: archive_output(in_report(figure, "figures")) for figure in report_figures("{gpu}")},
     log:
         "logs/{gpu}/render_report.log",
@@ -88,7 +82,7 @@ rule compare_gpus:
         template=COMPARE_TEMPLATE,
         code=package_modules("compare", "cli"),
     output:
-        table=archive_output(in_report(COMPARISON["table"], "report", "comparison_table")),
+        table=archive_output(COMPARISON["table"]),
         figure=archive_output(in_report(COMPARISON["figure"], "figures", "comparison_figure")),
     log:
         "logs/compare_gpus.log",
@@ -97,3 +91,36 @@ rule compare_gpus:
     shell:
         "{PY} -m flashbench compare --results {params.results:q} --template {input.template}"
         " --table {output.table} --figure {output.figure} 2>&1 > {log} | tee -a {log} >&2"
+
+
+rule report_pages:
+    input:
+        reports=expand("reports/{{gpu}}/{name}.md", name=REPORTS),
+        figures=report_figures("{gpu}"),
+        tables=expand("results/{{gpu}}/{table}.csv", table=REPORT_TABLES),
+        code=package_modules("pages", "cli"),
+    output:
+        **{name: in_report(page, "report", name) for name, page in report_pages("{gpu}", REPORTS).items()},
+        **{name: in_report(page, "tables", name) for name, page in report_pages("{gpu}", REPORT_TABLES).items()},
+    log:
+        "logs/{gpu}/report_pages.log",
+    params:
+        out_dir=lambda w, output: Path(output.report).parent,
+    shell:
+        "{PY} -m flashbench pages --sources {input.reports} {input.tables} --out-dir {params.out_dir}"
+        " 2>&1 > {log} | tee -a {log} >&2"
+
+
+rule comparison_page:
+    input:
+        table=COMPARISON["table"],
+        figure=COMPARISON["figure"],
+        code=package_modules("pages", "cli"),
+    output:
+        in_report(COMPARISON["page"], "report", "comparison_table"),
+    log:
+        "logs/comparison_page.log",
+    params:
+        out_dir=Path(COMPARISON["page"]).parent,
+    shell:
+        "{PY} -m flashbench pages --sources {input.table} --out-dir {params.out_dir} 2>&1 > {log} | tee -a {log} >&2"
