@@ -57,6 +57,10 @@ def test_the_archived_tables_are_what_its_records_summarize_to(results_dir, sett
                        {"baseline": settings.baseline, "sweep": settings.sweep, "profile_note": None},
                        expected=validation.Expected.from_settings(settings))
     for table, name in zip(tables, ("summary.csv", "resources.csv", "profile.csv")):
+        archived = pd.read_csv(results_dir / name, nrows=0).columns
+        # a column added since the archive was made (the dispatch readings) is not in its records either
+        assert all(table[c].isna().all() for c in table.columns if c not in archived), name
+        table = table[[c for c in table.columns if c in archived]]
         assert table.to_csv(index=False) == (results_dir / name).read_text(), name
 
 

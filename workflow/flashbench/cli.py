@@ -316,9 +316,11 @@ def cmd_summarize(a) -> None:
     belong_together(compiled, builds_run_here(compiled, a.gpu_arch), check={r["kernel"]: r for r in map(read_json, a.checks)},
                     cycles={r["kernel"]: r for r in counts},
                     **{f"head_to_head/S{p['S']}": headtohead.as_records(p) for p in points})
-    tables = {"summary": summary, "resources": resources, "profile": profiles,
-              "head_to_head": headtohead.table(points, a.settings),
-              "cycles": cycles.table(counts, a.kernels, a.case.as_dict())}
+    tables = {"summary": summary, "resources": resources, "profile": profiles}
+    if a.settings.get("head_to_head"):  # asked for in config: written, if only with its header
+        tables["head_to_head"] = headtohead.table(points, a.settings)
+    if a.settings.get("cycles"):
+        tables["cycles"] = cycles.table(counts, a.kernels, a.case.as_dict())
     out = Path(a.out_dir)
     with staged_folder(out, [f"{name}.csv" for name in tables] + ["kernels.json"]) as staging:  # all, or none
         for name, table in tables.items():

@@ -85,7 +85,10 @@ PAGES = "build/pages"
 # every GPU side by side, and its page
 COMPARISON = {"table": "reports/README.md", "figure": "reports/compare.png", "page": f"{PAGES}/README.html"}
 REPORTS = ("report", "hopper")  # reports/<gpu>/<name>.md
-REPORT_TABLES = ("summary", "resources", "profile", "head_to_head", "cycles")  # results/<gpu>/<name>.csv
+# results/<gpu>/<name>.csv; the head-to-head's and the cycle counts' where config asks for them (an
+# archive made without them has neither)
+REPORT_TABLES = ("summary", "resources", "profile", *(("head_to_head",) if SETTINGS.head_to_head else ()),
+                 *(("cycles",) if SETTINGS.cycles else ()))
 
 
 wildcard_constraints:

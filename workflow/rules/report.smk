@@ -22,8 +22,7 @@ if GPU_MODE:
             summary=archive_output(f"results/{GPU_SLUG}/summary.csv"),
             resources=archive_output(f"results/{GPU_SLUG}/resources.csv"),
             profile=archive_output(f"results/{GPU_SLUG}/profile.csv"),
-            head_to_head=archive_output(f"results/{GPU_SLUG}/head_to_head.csv"),
-            cycles=archive_output(f"results/{GPU_SLUG}/cycles.csv"),
+            **{table: archive_output(f"results/{GPU_SLUG}/{table}.csv") for table in REPORT_TABLES[3:]},
             kernels=archive_output(f"results/{GPU_SLUG}/kernels.json"),
         log:
             f"logs/{GPU_SLUG}/summarize.log",
