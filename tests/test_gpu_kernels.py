@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from flashbench import attention, config, gpu
-from flashbench.check import Gate, check_kernel, check_shape
+from flashbench.check import Gate, check_kernel
 from flashbench.compile import compile_kernel, runnable_build
 from flashbench.config import Shape
 from flashbench.files import write_json

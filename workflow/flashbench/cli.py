@@ -15,7 +15,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import FlashbenchError
-from .archives import TABLES
 from .config import ConfigError, Shape, conform
 from .files import read_json, sha256, staged_folder, write_json, write_text
 from .validation import Expected, read_record
