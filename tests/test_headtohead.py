@@ -1,9 +1,13 @@
 """The head-to-head's statistics on planted series: paired ratios, their bootstrap interval and the
 verdict, and the table summarize writes; on a GPU, a kernel against itself is level."""
+import time
+import types
+
 import numpy as np
 import pytest
 
-from flashbench import headtohead
+from flashbench import NoKernelForShape, headtohead
+from flashbench.config import Shape
 from flashbench.headtohead import compare, comparisons, median_interval, paired_ratios, verdict
 
 SETTINGS = {"confidence": 0.95, "resamples": 4000, "level_within": 0.01}
@@ -114,7 +118,6 @@ def test_a_kernel_against_itself_is_level_with_an_interval_around_one(head_to_he
     from flashbench import gpu
     from flashbench.clocks import ClockSampler, EnergyCounter
     from flashbench.compile import compile_kernel, runnable_build
-    from flashbench.config import Shape
     from flashbench.launch import AttentionKernel
 
     from conftest import ROOT
@@ -141,3 +144,71 @@ def test_a_kernel_against_itself_is_level_with_an_interval_around_one(head_to_he
     first = point["contestants"]["v22"]
     assert first["calls_per_timing"] * first["rounds"][0]["graph_s"] >= 0.02  # each timing >= min_timing_ms
     assert Shape(**{d: point[d] for d in "BHSD"}) == settings.case
+
+
+class _Event:
+    def record(self):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+
+# CuPy as measure() uses it, on the host: events read the host clock, calls return at once
+FAKE_CP = types.SimpleNamespace(
+    cuda=types.SimpleNamespace(Event=_Event, get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
+                               runtime=types.SimpleNamespace(deviceSynchronize=lambda: None)),
+    random=types.SimpleNamespace(default_rng=np.random.default_rng))
+
+
+class SwitchedPeer:
+    """A peer that, like torch's SDPA, runs whatever the process-wide switch says: it notes each call
+    made while the switch is another peer's."""
+
+    switch = None  # the process's, as torch.backends.cuda's
+
+    def __init__(self, name, no_kernel=False):
+        self.name, self.cp, self.identity, self.no_kernel, self.wrong_calls = name, FAKE_CP, {}, no_kernel, 0
+
+    def activate(self):
+        SwitchedPeer.switch = self.name
+
+    def supports(self, shape):
+        return None
+
+    def inputs(self, shape, rng, kind="normal"):
+        if self.no_kernel:
+            raise NoKernelForShape(f"{self.name} has no kernel for {shape}")
+        return (None, None, None, None)
+
+    def __call__(self, *args):
+        self.wrong_calls += SwitchedPeer.switch != self.name
+        time.sleep(1e-4)
+
+    def capture(self, *args):
+        calls = args[-1]
+        return lambda: [self(*args[:-1]) for _ in range(calls)]
+
+
+class _Sampler:
+    def windows(self, spans):
+        return [{"samples": 0} for _ in spans]
+
+
+def test_every_peer_runs_as_it_is_configured_though_the_switches_are_the_processs():
+    # each one made in turn (the last one's switches would hold for all), then timed in rotated rounds
+    peers = [SwitchedPeer(name) for name in ("sdpa_cudnn", "sdpa_auto", "sdpa_flash")]
+    for peer in peers:
+        peer.activate()
+    settings = {"rounds": 3, "min_timing_ms": 10, "warmup": 1, "energy_rounds": 1, "energy_window_s": 0.01}
+    record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
+    assert [p.wrong_calls for p in peers] == [0, 0, 0]
+    assert record["order"] == ["sdpa_cudnn", "sdpa_auto", "sdpa_flash"] and record["excluded"] == {}
+
+
+def test_a_contestant_without_a_kernel_at_a_point_is_left_out_saying_why():
+    peers = [SwitchedPeer("v22"), SwitchedPeer("flash_attn_cute", no_kernel=True)]
+    settings = {"rounds": 2, "min_timing_ms": 5, "warmup": 1, "energy_rounds": 1, "energy_window_s": 0.01}
+    record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
+    assert record["order"] == ["v22"] and list(record["contestants"]) == ["v22"]
+    assert record["excluded"] == {"flash_attn_cute": "flash_attn_cute has no kernel for B=1 H=64 S=1024 D=128"}

@@ -313,7 +313,7 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
 
     slow = results_folder(tmp_path / "c", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER,
                           paired={"v15": 550.0, "v14": 436.0, "sdpa_auto": 560.0})
-    goal = hopper.context(*report.load(slow), **report.read_paired(slow))["paired"]
+    goal = hopper.context(*report.load(slow), **report.read_paired(slow, report.load(slow)[3]))["paired"]
     assert goal["best"] == "v15" and goal["complete"] and not goal["reached"]
     assert "sdpa_auto at case (graph)" in goal["behind"]
     none = results_folder(tmp_path / "d", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER)

@@ -74,8 +74,8 @@ def _kernel(a):
     return _implementation(a.peer, a.cubin, a.record)
 
 
-def _implementation(peer: str | None, cubin: str | None, record_path: str | None):
-    """A peer (its config entry as JSON), or the kernel `cubin` its compile record describes."""
+def _implementation(peer, cubin: str | None, record_path: str | None):
+    """A peer (a config.Peer), or the kernel `cubin` its compile record describes."""
     from .compile import runs_on
     from .launch import AttentionKernel
 
@@ -255,13 +255,16 @@ def cmd_head_to_head(a) -> None:
             peer = Peer(**entry["peer"]) if "peer" in entry else None
             impl = _implementation(peer, entry.get("cubin"), entry.get("record"))
             _same_as_checked(impl.name, impl.identity, check)
-            impls.append(impl)
+            if reason := impl.supports(shape):  # a peer above its max_seq_len: not at this point
+                excluded[impl.name] = reason
+            else:
+                impls.append(impl)
         bus_id = cp.cuda.Device().pci_bus_id
         with ClockSampler(bus_id) as sampler:
             record = measure(impls, shape, a.settings, secrets.randbits(32), sampler,
                              EnergyCounter.open(bus_id), progress=_progress) if impls else None
-        write_json(a.out, {**(record or {**shape.as_dict(), "order": [], "contestants": {}}),
-                           "is_case": shape == a.case, "excluded": excluded,
+        record = record or {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
+        write_json(a.out, {**record, "is_case": shape == a.case, "excluded": {**excluded, **record["excluded"]},
                            "provenance": gpu.provenance()})
     print(f"head-to-head at {shape}: {len(impls)} contestants" + (f", {len(excluded)} left out" if excluded else ""))
 
@@ -272,7 +275,7 @@ def cmd_cycles(a) -> None:
     import tempfile
 
     from . import gpu
-    from .cycles import count
+    from .cycles import count, points
 
     check = read_record(a.check, "check")
     if _refused(check, a.out, "counted"):
@@ -281,11 +284,17 @@ def cmd_cycles(a) -> None:
         identity_file = Path(tmp) / "identity.json"
         target = (["--peer", json.dumps(a.peer.as_dict())] if a.peer else ["--cubin", a.cubin, "--record", a.record]) + \
             ["--identity-out", str(identity_file)]
-        readings = count(a.ncu, target, a.shapes, a.launches, progress=_progress)
-        identity = read_json(identity_file)
-        _same_as_checked(check["kernel"], identity, check)
+        try:
+            kernels, ncu_version = count(a.ncu, target, a.shapes, a.launches, progress=_progress)
+        except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
+            write_json(a.out, {"kernel": check["kernel"], "counted": False, "reason": str(e)})
+            print(f"{check['kernel']}: not counted, {e}")
+            return
+        ran = read_json(identity_file)
+        _same_as_checked(check["kernel"], ran["identity"], check)
+        readings = {"points": points(kernels, [Shape(**s) for s in ran["shapes"]], a.launches), "ncu": ncu_version}
         provenance = gpu.provenance()
-    write_json(a.out, {"kernel": check["kernel"], "counted": True, "reason": None, **identity,
+    write_json(a.out, {"kernel": check["kernel"], "counted": True, "reason": None, **ran["identity"],
                        "sm_count": provenance["sm_count"], **readings, "provenance": provenance})
     print(f"{check['kernel']}: " + ", ".join(f"S={p['S']} {p['cycles'] / 1e3:.1f}k cycles" for p in readings["points"]))
 
@@ -296,9 +305,9 @@ def cmd_launch_marked(a) -> None:
 
     with _gpu_held(f"launch-marked {_name(a)}"):  # under `cycles`, its parent holds the GPU already
         impl = _kernel(a)
+        ran = launch_marked(impl, a.shapes, a.launches)
         if a.identity_out:
-            write_json(a.identity_out, impl.identity)
-        launch_marked(impl, a.shapes, a.launches)
+            write_json(a.identity_out, {"identity": impl.identity, "shapes": [s.as_dict() for s in ran]})
 
 
 def cmd_summarize(a) -> None:
@@ -343,12 +352,16 @@ def cmd_compare(a) -> None:
 
 
 def cmd_pages(a) -> None:
-    from .pages import render
+    from .pages import absent_page, render
 
     for source in map(Path, a.sources):
         out = Path(a.out_dir) / f"{source.stem}.html"
         write_text(out, render(source))
         print(f"wrote {out} (from {source})")
+    for table in a.absent:
+        out = Path(a.out_dir) / f"{table}.html"
+        write_text(out, absent_page(table))
+        print(f"wrote {out} (the run made no {table}.csv)")
 
 
 def cmd_wheelhouse(a) -> None:
@@ -516,7 +529,7 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("--check", required=True, help="its check record")
             s.add_argument("--out", required=True)
         else:
-            s.add_argument("--identity-out", help="write what ran (cubin hash, library versions) here")
+            s.add_argument("--identity-out", help="write what ran (cubin hash, library versions) and at which shapes here")
 
     s = sub.add_parser("summarize", help="gather one GPU's records into summary.csv, resources.csv, kernels.json")
     s.add_argument("--kernels", type=_json_of(list), required=True, help="JSON list of the kernels' config entries, in table order")
@@ -550,6 +563,7 @@ def parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("pages", help="the HTML pages of Snakemake's report: each markdown report and table as a page")
     r.add_argument("--sources", nargs="+", required=True, help="markdown reports (their figures beside them) and CSV tables")
+    r.add_argument("--absent", nargs="+", default=[], help="tables the run did not make: a page saying so for each")
     r.add_argument("--out-dir", required=True, help="where <name>.html goes for each <name>.md or <name>.csv")
     r.set_defaults(run=cmd_pages)
 

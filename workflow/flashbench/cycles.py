@@ -52,15 +52,16 @@ def driver_command(target: list[str], shapes: list[Shape], launches: int) -> lis
             "--shapes", json.dumps([s.as_dict() for s in shapes]), "--launches", str(launches)]
 
 
-def launch_marked(impl, shapes: list[Shape], launches: int) -> None:
+def launch_marked(impl, shapes: list[Shape], launches: int) -> list[Shape]:
     """What ncu profiles: per shape, WARMUP unprofiled calls, then `launches` calls each after a
-    marker kernel, and a marker after the last, inside the profiler's range."""
+    marker kernel, and a marker after the last, inside the profiler's range. A shape the
+    implementation does not take (a peer above its max_seq_len) is passed over; returns those run."""
     cp = impl.cp
     marker = cp.RawKernel(MARKER_SOURCE, MARKER)
+    ran = []
     for shape in shapes:
-        reason = impl.supports(shape)
-        if reason:
-            raise FlashbenchError(f"{impl.name} cannot run {shape}: {reason}")
+        if impl.supports(shape):
+            continue
         args = impl.inputs(shape, cp.random.default_rng(0))
         for _ in range(WARMUP):
             impl(*args)
@@ -72,6 +73,8 @@ def launch_marked(impl, shapes: list[Shape], launches: int) -> None:
         marker((1,), (1,), ())
         cp.cuda.runtime.deviceSynchronize()
         cp.cuda.profiler.stop()
+        ran.append(shape)
+    return ran
 
 
 def _number(text: str) -> float | None:
@@ -152,16 +155,15 @@ def efficiency_per_cycle(shape: Shape, cycles: float, sm_count: int) -> float:
     return attention.flops(shape) / (cycles * sm_count * DENSE_FP16_FLOP_PER_SM_CYCLE)
 
 
-def count(ncu: str, target: list[str], shapes: list[Shape], launches: int, progress=print) -> dict:
-    """Run ncu over the driver for `target` and return the points and ncu's version."""
+def count(ncu: str, target: list[str], shapes: list[Shape], launches: int, progress=print) -> tuple[list[dict], str]:
+    """Run ncu over the driver for `target`: the kernels it profiled (parse_kernels) and ncu's version."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "cycles"
         progress(f"cycles: ncu over {launches} calls at {', '.join(f'S={s.S}' for s in shapes)}")
         run(command(ncu, report, driver_command(target, shapes, launches)), "ncu")
         raw = run([ncu, "--import", f"{report}.ncu-rep", "--page", "raw", "--csv", "--print-units", "base"],
-                   "ncu --page raw")
-    return {"points": points(parse_kernels(raw), shapes, launches),
-            "ncu": run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]}
+                  "ncu --page raw")
+    return parse_kernels(raw), run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]
 
 
 def table(records: list[dict], kernels: list[dict], case: dict):

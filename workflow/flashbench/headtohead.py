@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from . import FlashbenchError, attention
+from . import FlashbenchError, NoKernelForShape, attention
 from .config import Shape
 from .timing import dispatch_bound
 
@@ -158,6 +158,7 @@ class _Contestant:
 
     def __init__(self, impl, shape: Shape, seed: int, warmup: int, min_timing_s: float):
         self.impl, self.name, self.cp = impl, impl.name, impl.cp
+        impl.activate()  # torch's backend switches are the process's: each peer sets its own before its calls
         self.args = impl.inputs(shape, impl.cp.random.default_rng(seed))  # the same values for every contestant
         for _ in range(warmup):
             impl(*self.args)
@@ -184,6 +185,7 @@ class _Contestant:
             self._back_to_back(self.calls)
             issued.append(time.perf_counter() - start)
 
+        self.impl.activate()
         t0 = time.time()
         step_s = _events_ms(self.cp, step) / 1e3 / self.calls
         t1 = time.time()
@@ -218,13 +220,17 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
     names = [impl.name for impl in impls]
     if len(set(names)) != len(names):
         raise FlashbenchError(f"the head-to-head names a contestant twice: {names}")
-    contestants = {}
+    contestants, excluded = {}, {}
     for impl in impls:
         reason = impl.supports(shape)
         if reason:
             raise FlashbenchError(f"{impl.name} cannot run the head-to-head at {shape}: {reason}")
         progress(f"head-to-head {shape}: preparing {impl.name}")
-        contestants[impl.name] = _Contestant(impl, shape, seed, settings["warmup"], settings["min_timing_ms"] / 1e3)
+        try:
+            contestants[impl.name] = _Contestant(impl, shape, seed, settings["warmup"], settings["min_timing_ms"] / 1e3)
+        except NoKernelForShape as e:  # a library without a kernel for this shape: not at this point
+            excluded[impl.name] = str(e)
+    names = [name for name in names if name in contestants]
     rounds = {name: [] for name in names}
     for r in range(settings["rounds"]):
         for name in rotated(names, r):
@@ -251,4 +257,5 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
         "contestants": {name: {"identity": contestants[name].impl.identity, "calls_per_timing": contestants[name].calls,
                                "rounds": rounds[name], "energy": energies[name]} for name in names},
         "energy_reason": None if energy is not None else "NVML has no energy counter for this GPU",
+        "excluded": excluded,
     }

@@ -43,6 +43,9 @@ class AttentionKernel:
             self.function.max_dynamic_shared_size_bytes = self.dynamic_smem
         self._params = {}
 
+    def activate(self) -> None:
+        """Nothing to set before this kernel's calls (a peer may have process-wide switches to set)."""
+
     def supports(self, shape: Shape) -> str | None:
         """Why the kernel cannot run `shape`, or None."""
         c = self.contract

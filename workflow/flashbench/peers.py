@@ -43,7 +43,7 @@ def libraries(peer: Peer) -> dict:
     """The packages `peer` needs and their installed versions (None: missing). A rule that takes
     them as a parameter reruns once one is installed or changes, so a record skipped for want of a
     package is not up to date once it is there."""
-    needs = ["torch"] + (["flash-attn-4"] if peer.backend == FLASH_ATTN_CUTE else [])
+    needs = ["torch"] + (["flash-attn-4", "nvidia-cutlass-dsl"] if peer.backend == FLASH_ATTN_CUTE else [])
     return {package: installed_version(package) for package in needs}
 
 
@@ -76,6 +76,10 @@ class _TorchBacked:
         if torch.cuda.current_stream().cuda_stream != cp.cuda.get_current_stream().ptr:
             raise FlashbenchError("torch and CuPy are on different CUDA streams: the events would not time torch")
         self._tensors = {}  # CuPy array pointer -> the torch tensor the peer is given for it
+
+    def activate(self) -> None:
+        """Make torch dispatch this peer's calls as configured (a process holding several peers calls it
+        before each one's calls: torch's backend switches are the process's)."""
 
     def supports(self, shape: Shape) -> str | None:
         if self.peer.max_seq_len and shape.S > self.peer.max_seq_len:
@@ -141,15 +145,22 @@ class TorchPeer(_TorchBacked):
             self._attend = lambda q, k, v: torch.softmax(
                 (q @ k.transpose(-2, -1)) * attention.softmax_scale(q.shape[-1]), dim=-1) @ v
         else:
-            # SDPA with automatic dispatch, or held to one backend by torch's process-wide switches,
-            # set once here (one peer per process, as the pipeline runs them): the sdpa_kernel()
-            # context around every call would add its own CPU time to calls timed back to back.
-            switches = {"cudnn": torch.backends.cuda.enable_cudnn_sdp, "flash": torch.backends.cuda.enable_flash_sdp,
-                        "efficient": torch.backends.cuda.enable_mem_efficient_sdp,
-                        "math": torch.backends.cuda.enable_math_sdp}
-            for backend, enable in switches.items():
-                enable(peer.backend in ("auto", backend))
             self._attend = F.scaled_dot_product_attention
+        self.activate()
+
+    def activate(self) -> None:
+        """SDPA with automatic dispatch, or held to one backend, by torch's process-wide switches: set
+        here, not by an sdpa_kernel() context around every call, which would add its own CPU time to
+        calls timed back to back. The stages run one peer a process and set them once; the
+        head-to-head holds several and sets them before each one's calls (a captured graph keeps the
+        kernel it was captured with)."""
+        if self.peer.backend == "unfused":
+            return
+        cuda = self.torch.backends.cuda
+        switches = {"cudnn": cuda.enable_cudnn_sdp, "flash": cuda.enable_flash_sdp,
+                    "efficient": cuda.enable_mem_efficient_sdp, "math": cuda.enable_math_sdp}
+        for backend, enable in switches.items():
+            enable(self.peer.backend in ("auto", backend))
 
     @property
     def identity(self) -> dict:

@@ -17,6 +17,7 @@ from .validation import BadRecord, read_record, read_table, summary_problem
 
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
 HOPPER_FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
+LIBRARY_NAMES = {"torch": "torch", "cudnn": "cuDNN", "flash_attn": "flash-attn-4", "cutlass_dsl": "CUTLASS DSL"}
 HOPPER_TEMPLATE = "hopper.md.j2"  # beside the chapter's template
 WRITTEN = ("report.md", *FIGURES.values(), "hopper.md", *HOPPER_FIGURES.values())  # what render writes
 
@@ -305,7 +306,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "common": {key: sorted({str(p[key]) for p in provs if key in p}) for key in
                    ("gpu", "pci_bus_id", "arch", "sm_count", "driver", "cuda_driver", "cuda_runtime", "cupy")},
         "commits": commits(provs),
-        "torch": sorted({f"torch {k['identity']['torch']}, cuDNN {k['identity']['cudnn']}"
+        "torch": sorted({", ".join(f"{LIBRARY_NAMES[key]} {k['identity'][key]}" for key in LIBRARY_NAMES
+                                   if key in k["identity"])
                          for k in kernels if k.get("identity", {}).get("torch")}),
         "skipped_peers": [k for k in kernels if k["kind"] == "peer" and k.get("skipped")],
         "nvcc": sorted(resources.nvcc.unique()),
@@ -375,7 +377,7 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     report_dir = Path(report_dir)
     order = ctx["order"]
     # Everything is rendered first, beside the folder: a render that fails leaves the report as it was
-    paired = read_paired(results_dir)
+    paired = read_paired(results_dir, meta)
     last_version = [k["name"] for k in meta["kernels"] if k["kind"] == "version"][-1:]
     headline = {**{n: "the chapter's last" for n in last_version},
                 **({ctx["baseline"]: "the baseline"} if ctx["baseline"] else {})}
@@ -389,19 +391,14 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     return report_dir / "report.md"
 
 
-def read_paired(results_dir: Path | str) -> dict:
-    """head_to_head.csv and cycles.csv, where the run made them (an archive of an older pipeline has
-    neither: its report says so)."""
+def read_paired(results_dir: Path | str, meta: dict) -> dict:
+    """head_to_head.csv and cycles.csv, where the run that wrote kernels.json made them (a table left
+    by an earlier run is not this run's: its report says the run had no such stage)."""
     from .cycles import COLUMNS as CYCLES_COLUMNS
     from .headtohead import COLUMNS as HEAD_TO_HEAD_COLUMNS
 
-    tables = {}
-    for name, columns in (("head_to_head", HEAD_TO_HEAD_COLUMNS), ("cycles", CYCLES_COLUMNS)):
-        path = Path(results_dir) / f"{name}.csv"
-        tables[name] = pd.read_csv(path) if path.is_file() else None
-        if tables[name] is not None and (missing := [c for c in columns if c not in tables[name].columns]):
-            raise FlashbenchError(f"{path} lacks the columns {', '.join(missing)}: run the GPU stages on that GPU again")
-    return tables
+    return {name: read_table(Path(results_dir) / f"{name}.csv", columns) if meta.get(name) else None
+            for name, columns in (("head_to_head", HEAD_TO_HEAD_COLUMNS), ("cycles", CYCLES_COLUMNS))}
 
 
 def render_hopper(summary, resources, profile, meta, template: Path, report_dir: Path, slug: str, gpu_name: str,

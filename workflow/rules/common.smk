@@ -85,10 +85,9 @@ PAGES = "build/pages"
 # every GPU side by side, and its page
 COMPARISON = {"table": "reports/README.md", "figure": "reports/compare.png", "page": f"{PAGES}/README.html"}
 REPORTS = ("report", "hopper")  # reports/<gpu>/<name>.md
-# results/<gpu>/<name>.csv; the head-to-head's and the cycle counts' where config asks for them (an
-# archive made without them has neither)
-REPORT_TABLES = ("summary", "resources", "profile", *(("head_to_head",) if SETTINGS.head_to_head else ()),
-                 *(("cycles",) if SETTINGS.cycles else ()))
+REPORT_TABLES = ("summary", "resources", "profile")  # results/<gpu>/<name>.csv of every archive
+# and those of a run that had the stages of workflow/config/head_to_head.yaml (see paired_tables)
+PAIRED_TABLES = ("head_to_head", "cycles")
 
 
 wildcard_constraints:
@@ -195,12 +194,27 @@ LIBRARIES = {name: json.dumps(fb_peers.libraries(peer)) for name, peer in PEERS.
 
 
 def cycle_shapes(name):
-    return list(HEAD_TO_HEAD_SHAPES.values()) if name in CONTESTANTS else [SETTINGS.case]
+    """The headline versions and the head-to-head's rivals are counted at every length, the rest at the case."""
+    return SETTINGS.headline_shapes() if name in CONTESTANTS else [SETTINGS.case]
 
 
 def report_figures(gpu):
     names = ("tflops.png", "sweep.png", "stalls.png", "hopper_tflops.png", "hopper_sweep.png")
     return [f"reports/{gpu}/{name}" for name in names]
+
+
+def paired_tables(gpu):
+    """Which of PAIRED_TABLES `gpu`'s report is rendered from: for the GPU this run measures, those its
+    config asks for; for an archived GPU, those its archive holds."""
+    if GPU_MODE and gpu == GPU_SLUG:
+        return [t for t, asked in zip(PAIRED_TABLES, (SETTINGS.head_to_head, SETTINGS.cycles)) if asked]
+    return [t for t in PAIRED_TABLES if Path(f"results/{gpu}/{t}.csv").exists()]
+
+
+def absent_tables(w):
+    """`--absent` and the PAIRED_TABLES `w.gpu`'s report has not (their pages say so), or nothing."""
+    missing = [t for t in PAIRED_TABLES if t not in paired_tables(w.gpu)]
+    return shlex.join(["--absent", *missing]) if missing else ""
 
 
 def report_pages(gpu, names):
@@ -235,7 +249,8 @@ def rendered_reports():
 def html_report_pages():
     """The pages Snakemake's HTML report shows beside the figures, of each GPU (the comparison's is
     in COMPARISON)."""
-    return [page for gpu in reported_gpus() for names in (REPORTS, REPORT_TABLES) for page in report_pages(gpu, names).values()]
+    return [page for gpu in reported_gpus() for names in (REPORTS, REPORT_TABLES + PAIRED_TABLES)
+            for page in report_pages(gpu, names).values()]
 
 
 if not GPU_MODE:

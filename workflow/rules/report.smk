@@ -22,7 +22,7 @@ if GPU_MODE:
             summary=archive_output(f"results/{GPU_SLUG}/summary.csv"),
             resources=archive_output(f"results/{GPU_SLUG}/resources.csv"),
             profile=archive_output(f"results/{GPU_SLUG}/profile.csv"),
-            **{table: archive_output(f"results/{GPU_SLUG}/{table}.csv") for table in REPORT_TABLES[3:]},
+            **{table: archive_output(f"results/{GPU_SLUG}/{table}.csv") for table in paired_tables(GPU_SLUG)},
             kernels=archive_output(f"results/{GPU_SLUG}/kernels.json"),
         log:
             f"logs/{GPU_SLUG}/summarize.log",
@@ -59,6 +59,7 @@ if GPU_MODE:
 rule render_report:
     input:
         **{table: f"results/{{gpu}}/{table}.csv" for table in REPORT_TABLES},
+        paired=lambda w: [f"results/{w.gpu}/{table}.csv" for table in paired_tables(w.gpu)],
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
         hopper_template=HOPPER_TEMPLATE,
@@ -97,16 +98,22 @@ rule report_pages:
         reports=expand("reports/{{gpu}}/{name}.md", name=REPORTS),
         figures=report_figures("{gpu}"),
         tables=expand("results/{{gpu}}/{table}.csv", table=REPORT_TABLES),
+        paired=lambda w: [f"results/{w.gpu}/{table}.csv" for table in paired_tables(w.gpu)],
         code=package_modules("pages", "cli"),
     output:
         **{name: in_report(page, "report", name) for name, page in report_pages("{gpu}", REPORTS).items()},
-        **{name: in_report(page, "tables", name) for name, page in report_pages("{gpu}", REPORT_TABLES).items()},
+        **{
+            name: in_report(page, "tables", name)
+            for name, page in report_pages("{gpu}", REPORT_TABLES + PAIRED_TABLES).items()
+        },
     log:
         "logs/{gpu}/report_pages.log",
     params:
         out_dir=lambda w, output: Path(output.report).parent,
+        absent=absent_tables,
     shell:
-        "{PY} -m flashbench pages --sources {input.reports} {input.tables} --out-dir {params.out_dir}"
+        "{PY} -m flashbench pages --sources {input.reports} {input.tables} {input.paired} {params.absent}"
+        " --out-dir {params.out_dir}"
         " 2>&1 > {log} | tee -a {log} >&2"
 
 
