@@ -85,3 +85,36 @@ def test_ncu_is_told_to_leave_the_clocks_and_count_only_the_marked_range():
     assert cmd[cmd.index("--clock-control") + 1] == "none"
     assert cmd[cmd.index("--profile-from-start") + 1] == "off"
     assert "gpc__cycles_elapsed.max" in cmd[cmd.index("--metrics") + 1]
+
+
+def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_another(tmp_path, monkeypatch):
+    """The parent never touches the GPU: the driver ncu runs names what ran and at which lengths."""
+    import contextlib
+    import json
+
+    import records
+    from flashbench import cli, gpu
+    from flashbench.files import write_json
+
+    check = tmp_path / "check" / "v22.json"
+    write_json(check, {"kernel": "v22", "gate": records.GATE, "inputs": records.INPUTS, "passed": True, "reason": None,
+                       "shapes": [], "cubin_sha256": "a" * 64, "provenance": records.provenance("v22")})
+    ran_as = {"identity": {"cubin_sha256": "a" * 64}, "shapes": [CASE.as_dict()]}
+
+    def fake_count(ncu, target, shapes, launches, progress):
+        write_json(target[target.index("--identity-out") + 1], ran_as)
+        page = [(M, 1, 1)] + [k for _ in range(launches) for k in (("flash_attention_forward", 98600, 55000), (M, 1, 1))]
+        return cycles.parse_kernels(raw_page(page)), "Version 2025.3"
+
+    monkeypatch.setattr(cli, "_gpu_held", lambda what: contextlib.nullcontext())
+    monkeypatch.setattr(cycles, "count", fake_count)
+    monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("v22"))
+    out = tmp_path / "cycles" / "v22.json"
+    args = ["cycles", "--cubin", "v22.cubin", "--record", "v22.json", "--ncu", "ncu", "--check", str(check),
+            "--shapes", json.dumps([CASE.as_dict(), LONG.as_dict()]), "--launches", "3", "--out", str(out)]
+    assert cli.main(args) == 0
+    record = json.loads(out.read_text())
+    assert [p["S"] for p in record["points"]] == [1024] and record["points"][0]["cycles"] == 98600
+    assert record["cubin_sha256"] == "a" * 64 and record["sm_count"] == 132 and record["counted"]
+    ran_as["identity"] = {"cubin_sha256": "b" * 64}  # not the cubin that passed its check
+    assert cli.main(args) == 1
