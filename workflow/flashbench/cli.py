@@ -255,10 +255,7 @@ def cmd_head_to_head(a) -> None:
             peer = Peer(**entry["peer"]) if "peer" in entry else None
             impl = _implementation(peer, entry.get("cubin"), entry.get("record"))
             _same_as_checked(impl.name, impl.identity, check)
-            if reason := impl.supports(shape):  # a peer above its max_seq_len: not at this point
-                excluded[impl.name] = reason
-            else:
-                impls.append(impl)
+            impls.append(impl)
         bus_id = cp.cuda.Device().pci_bus_id
         with ClockSampler(bus_id) as sampler:
             record = measure(impls, shape, a.settings, secrets.randbits(32), sampler,
@@ -312,18 +309,17 @@ def cmd_launch_marked(a) -> None:
 
 def cmd_summarize(a) -> None:
     from . import cycles, headtohead
-    from .summary import belong_together, builds_run_here, summarize
+    from .summary import summarize
 
     expected = Expected.from_json(a.expected)
-    summary, resources, profiles, meta = summarize(a.kernels, a.checks, a.benches, a.compiled, a.gpu_arch,
-                                                   a.case.as_dict(), a.sweeps, a.profiles, a.settings, expected=expected)
     points = [read_record(p, "head_to_head", expected) for p in a.head_to_heads]
     counts = [read_record(p, "cycles", expected) for p in a.cycles]
-    compiled = [read_json(p) for p in a.compiled]
-    # one GPU and the cubins built now, as for the records summarize read: each point's contestants too
-    belong_together(compiled, builds_run_here(compiled, a.gpu_arch), check={r["kernel"]: r for r in map(read_json, a.checks)},
-                    cycles={r["kernel"]: r for r in counts},
-                    **{f"head_to_head/S{p['S']}": headtohead.as_records(p) for p in points})
+    # each point's contestants and each count held to one GPU and the cubins built now, as the rest
+    more = {"cycles": {r["kernel"]: r for r in counts}, **{f"head_to_head/S{p['S']}": headtohead.as_records(p)
+                                                          for p in points}}
+    summary, resources, profiles, meta = summarize(a.kernels, a.checks, a.benches, a.compiled, a.gpu_arch,
+                                                   a.case.as_dict(), a.sweeps, a.profiles, a.settings, expected=expected,
+                                                   more_records=more)
     tables = {"summary": summary, "resources": resources, "profile": profiles}
     if a.settings.get("head_to_head"):  # asked for in config: written, if only with its header
         tables["head_to_head"] = headtohead.table(points, a.settings)

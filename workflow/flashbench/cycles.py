@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import FlashbenchError, attention
 from .config import Shape
-from .profile import TIME_UNITS_IN_US, run
+from .profile import TIME_UNITS_IN_US, number, run
 
 MARKER = "flashbench_call_marker"
 MARKER_SOURCE = f'extern "C" __global__ void {MARKER}() {{}}'
@@ -77,13 +77,6 @@ def launch_marked(impl, shapes: list[Shape], launches: int) -> list[Shape]:
     return ran
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text.strip().replace(",", ""))
-    except ValueError:
-        return None
-
-
 def parse_kernels(text: str) -> list[dict]:
     """`ncu --import R --page raw --csv --print-units base`: one dict per profiled kernel, in launch
     order: its name and the METRICS."""
@@ -104,7 +97,7 @@ def parse_kernels(text: str) -> list[dict]:
         if not r[column["ID"]].strip().isdigit():
             continue
         k = {"id": int(r[column["ID"]]), "name": r[column["Kernel Name"]],
-             **{key: _number(r[column[metric]]) for key, metric in METRICS.items()}}
+             **{key: number(r[column[metric]]) for key, metric in METRICS.items()}}
         if None in k.values():
             raise FlashbenchError(f"ncu's raw page has no value of every metric for kernel {k['name']}")
         k["duration_us"] *= TIME_UNITS_IN_US[duration_unit]

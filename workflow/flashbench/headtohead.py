@@ -27,7 +27,7 @@ import numpy as np
 
 from . import FlashbenchError, NoKernelForShape, attention
 from .config import Shape
-from .timing import dispatch_bound
+from .timing import dispatch_bound, elapsed_and_issued, elapsed_ms
 
 METHODS = ("step", "graph")  # the write-up's back-to-back calls; their CUDA graph
 MIN_CALLS = 3
@@ -144,15 +144,6 @@ def energy_per_call(contestant: dict) -> float | None:
 
 # ---- measurement (GPU) ----------------------------------------------------------------------------
 
-def _events_ms(cp, run) -> float:
-    before, after = cp.cuda.Event(), cp.cuda.Event()
-    before.record()
-    run()
-    after.record()
-    after.synchronize()
-    return cp.cuda.get_elapsed_time(before, after)
-
-
 class _Contestant:
     """One implementation at one point: its inputs, its calls per timing and their graph."""
 
@@ -162,11 +153,11 @@ class _Contestant:
         self.args = impl.inputs(shape, impl.cp.random.default_rng(seed))  # the same values for every contestant
         for _ in range(warmup):
             impl(*self.args)
-        per_call_s = _events_ms(self.cp, lambda: self._back_to_back(MIN_CALLS)) / 1e3 / MIN_CALLS
+        per_call_s = elapsed_ms(self.cp, lambda: self._back_to_back(MIN_CALLS)) / 1e3 / MIN_CALLS
         self.calls = max(MIN_CALLS, math.ceil(min_timing_s / per_call_s))
         self.replay = impl.capture(*self.args, self.calls)
         self.replay()
-        replay_s = _events_ms(self.cp, self.replay) / 1e3
+        replay_s = elapsed_ms(self.cp, self.replay) / 1e3
         if replay_s < min_timing_s:  # its graph runs faster than its calls back to back (dispatch-bound)
             self.calls = math.ceil(self.calls * min_timing_s / replay_s * 1.05)
             self.replay = impl.capture(*self.args, self.calls)
@@ -178,21 +169,15 @@ class _Contestant:
 
     def time_round(self) -> dict:
         """One round: back to back, then the graph; wall-clock windows kept for the clock readings."""
-        issued = []
-
-        def step():
-            start = time.perf_counter()
-            self._back_to_back(self.calls)
-            issued.append(time.perf_counter() - start)
-
         self.impl.activate()
         t0 = time.time()
-        step_s = _events_ms(self.cp, step) / 1e3 / self.calls
+        step_ms, issue_s = elapsed_and_issued(self.cp, lambda: self._back_to_back(self.calls))
         t1 = time.time()
-        graph_s = _events_ms(self.cp, self.replay) / 1e3 / self.calls
+        graph_s = elapsed_ms(self.cp, self.replay) / 1e3 / self.calls
         t2 = time.time()
-        return {"step_s": step_s, "graph_s": graph_s, "issue_s": issued[0] / self.calls,
-                "dispatch_bound": dispatch_bound(issued[0] / self.calls, step_s, graph_s),
+        step_s, issue_s = step_ms / 1e3 / self.calls, issue_s / self.calls
+        return {"step_s": step_s, "graph_s": graph_s, "issue_s": issue_s,
+                "dispatch_bound": dispatch_bound(issue_s, step_s, graph_s),
                 "windows": {"step": (t0, t1), "graph": (t1, t2)}}
 
     def energy_window(self, energy, window_s: float, graph_s: float) -> dict:
@@ -221,14 +206,14 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
     if len(set(names)) != len(names):
         raise FlashbenchError(f"the head-to-head names a contestant twice: {names}")
     contestants, excluded = {}, {}
-    for impl in impls:
-        reason = impl.supports(shape)
-        if reason:
-            raise FlashbenchError(f"{impl.name} cannot run the head-to-head at {shape}: {reason}")
+    for impl in impls:  # one without a kernel for this shape (a peer above its max_seq_len) is left out
+        if reason := impl.supports(shape):
+            excluded[impl.name] = reason
+            continue
         progress(f"head-to-head {shape}: preparing {impl.name}")
         try:
             contestants[impl.name] = _Contestant(impl, shape, seed, settings["warmup"], settings["min_timing_ms"] / 1e3)
-        except NoKernelForShape as e:  # a library without a kernel for this shape: not at this point
+        except NoKernelForShape as e:
             excluded[impl.name] = str(e)
     names = [name for name in names if name in contestants]
     rounds = {name: [] for name in names}

@@ -23,21 +23,17 @@ def tflops_of(frame: pd.DataFrame, name: str, column: str = "tflops") -> float |
     return float(row.iloc[0][column]) if len(row) and pd.notna(row.iloc[0][column]) else None
 
 
-def _where(row) -> str:
-    return "case" if row.is_case else f"S={int(row.S)}"
+def _where(is_case: bool, S: int) -> str:
+    return "case" if is_case else f"S={int(S)}"
+
+
+COMPARED = ("ratio", "ci_low", "ci_high", "verdict", "fair", "version_tflops", "rival_tflops",
+            "version_tflops_per_watt", "rival_tflops_per_watt", "version_joules_per_call", "rival_joules_per_call")
 
 
 def _comparison(row) -> dict:
-    return {"ratio": float(row.ratio), "ci_low": float(row.ci_low), "ci_high": float(row.ci_high),
-            "verdict": row.verdict, "fair": bool(row.fair), "version_tflops": float(row.version_tflops),
-            "rival_tflops": float(row.rival_tflops), "version_tflops_per_watt": _float(row.version_tflops_per_watt),
-            "rival_tflops_per_watt": _float(row.rival_tflops_per_watt),
-            "version_joules_per_call": _float(row.version_joules_per_call),
-            "rival_joules_per_call": _float(row.rival_joules_per_call)}
-
-
-def _float(x) -> float | None:
-    return None if pd.isna(x) else float(x)
+    """One row of head_to_head.csv as the template reads it (NaN, as where no energy was read: None)."""
+    return {key: None if pd.isna(value) else value for key, value in row._asdict().items() if key in COMPARED}
 
 
 def paired_goal(table: pd.DataFrame | None, meta: dict) -> dict | None:
@@ -47,41 +43,31 @@ def paired_goal(table: pd.DataFrame | None, meta: dict) -> dict | None:
     headline = meta.get("headline") or []
     if table is None or table.empty or not headline:
         return None
-    best = headline[0]
-    peers = {k["name"]: k for k in meta["kernels"] if k["kind"] == "peer"}
-    goal_rivals = [n for n, k in peers.items() if k.get("backend") in RIVALS]
-    mine = table[(table.version == best) & ~table.rival.isin(headline)]  # its predecessors: a table of their own
-    rivals = list(dict.fromkeys(mine.rival))
-    points = []
-    for (is_case, S), at in mine.groupby(["is_case", "S"], sort=False):
-        for rival in rivals:
-            pair = {m: _comparison(r) for r in at[at.rival == rival].itertuples() for m in [r.method]}
-            if pair:
-                row = next(iter(at.itertuples()))
-                points.append({"where": _where(row), "S": int(S), "is_case": bool(is_case), "rival": rival,
-                               "in_goal": rival in goal_rivals and (is_case or S >= GOAL_MIN_S), **pair})
-    judged = [(p, m) for p in points if p["in_goal"] for m in ("graph", "step") if m in p and p[m]["fair"]]
-    behind = [f"{p['rival']} at {p['where']} ({m})" for p, m in judged if p[m]["verdict"] == "behind"]
-    goal_points = {(p["where"], p["rival"]) for p in points if p["in_goal"]}
-    complete = len(goal_points) == len(goal_rivals) * len({p["where"] for p in points
-                                                          if p["is_case"] or p["S"] >= GOAL_MIN_S})
-    by_rival = {}
-    for rival in rivals:
-        verdicts = {}
-        for p in points:
-            if p["rival"] == rival and "graph" in p:
-                verdicts.setdefault(p["graph"]["verdict"], []).append(p["where"])
-        by_rival[rival] = verdicts
-    lows = [p["graph"]["ci_low"] for p in points if p["in_goal"] and "graph" in p]
+    best, settings = headline[0], meta.get("head_to_head") or {}
+    goal_rivals = [k["name"] for k in meta["kernels"] if k["kind"] == "peer" and k.get("backend") in RIVALS]
+    mine = table[table.version == best]
+    against = mine[~mine.rival.isin(headline)]  # its predecessors: a table of their own
+    points = []  # in the table's order: the case first, then by S
+    for (is_case, S, rival), pair in against.groupby(["is_case", "S", "rival"], sort=False):
+        points.append({"where": _where(is_case, S), "S": int(S), "is_case": bool(is_case), "rival": rival,
+                       "in_goal": rival in goal_rivals and (is_case or S >= GOAL_MIN_S),
+                       **{r.method: _comparison(r) for r in pair.itertuples()}})
+    in_goal = [p for p in points if p["in_goal"]]
+    goal_wheres = {p["where"] for p in points if p["is_case"] or p["S"] >= GOAL_MIN_S}
+    complete = bool(in_goal) and {(p["where"], p["rival"]) for p in in_goal} == {
+        (w, r) for w in goal_wheres for r in goal_rivals}
+    behind = [f"{p['rival']} at {p['where']} ({m})" for p in in_goal for m in ("graph", "step")
+              if p[m]["fair"] and p[m]["verdict"] == "behind"]
+    rivals = list(dict.fromkeys(against.rival))
+    by_rival = {rival: {} for rival in rivals}
+    for p in points:
+        by_rival[p["rival"]].setdefault(p["graph"]["verdict"], []).append(p["where"])
     return {"best": best, "rivals": rivals, "goal_rivals": goal_rivals, "points": points, "by_rival": by_rival,
-            "behind": behind, "complete": complete and bool(judged),
-            "reached": complete and bool(judged) and not behind,
-            "stretch": bool(lows) and complete and min(lows) >= STRETCH,
-            "level_within": (meta.get("head_to_head") or {}).get("level_within"),
-            "rounds": (meta.get("head_to_head") or {}).get("rounds"),
-            "confidence": (meta.get("head_to_head") or {}).get("confidence"),
-            "predecessors": [{"where": _where(r), "rival": r.rival, "method": r.method, **_comparison(r)}
-                             for r in table[(table.version == best) & table.rival.isin(headline[1:])].itertuples()]}
+            "behind": behind, "complete": complete, "reached": complete and not behind,
+            "stretch": complete and min(p["graph"]["ci_low"] for p in in_goal) >= STRETCH,
+            **{key: settings.get(key) for key in ("level_within", "rounds", "confidence")},
+            "predecessors": [{"where": _where(r.is_case, r.S), "rival": r.rival, "method": r.method, **_comparison(r)}
+                             for r in mine[mine.rival.isin(headline[1:])].itertuples()]}
 
 
 def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
@@ -89,29 +75,28 @@ def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
     if table is None or table.empty:
         return None
     headline = meta.get("headline") or []
-    contestants = headline + list((meta.get("head_to_head") or {}).get("rivals", []))
-    order = [k["name"] for k in meta["kernels"]]
-    case = table[table.is_case].set_index("kernel").reindex([n for n in order if n in set(table.kernel)])
-    at_case = [{"kernel": n, "cycles": float(r.cycles), "spread": float((r.cycles_max - r.cycles_min) / r.cycles),
+    contestants = [n for n in headline + list((meta.get("head_to_head") or {}).get("rivals", []))
+                   if n in set(table.kernel)]
+    at_case = [{"kernel": r.kernel, "cycles": float(r.cycles), "spread": float((r.cycles_max - r.cycles_min) / r.cycles),
                 "efficiency": float(r.efficiency_per_cycle), "tensor_pipe_pct": float(r.tensor_pipe_pct),
                 "kernels_per_call": int(r.kernels_per_call)}
-               for n, r in case.dropna(subset=["cycles"]).iterrows()]
-    lengths = sorted(int(s) for s in table[table.kernel.isin(contestants)].S.unique())
-    by_s = []
-    for name in [c for c in contestants if c in set(table.kernel)]:
-        mine = table[table.kernel == name]
-        cells = {int(r.S): r for r in mine.itertuples()}
-        by_s.append({"kernel": name, "cycles": [float(cells[s].cycles) if s in cells else None for s in lengths],
-                     "efficiency": [float(cells[s].efficiency_per_cycle) if s in cells else None for s in lengths]})
-    best = headline[0] if headline else None
-    ratios = []
-    if best in set(table.kernel):
-        mine = {int(r.S): float(r.cycles) for r in table[table.kernel == best].itertuples()}
-        for rival in contestants[1:]:
-            theirs = {int(r.S): float(r.cycles) for r in table[table.kernel == rival].itertuples()}
-            ratios.append({"rival": rival, "ratios": [theirs[s] / mine[s] if s in mine and s in theirs else None
-                                                      for s in lengths]})
-    return {"at_case": at_case, "lengths": lengths, "by_s": by_s, "best": best, "ratios": ratios}
+               for r in table[table.is_case].itertuples()]  # the table is in table order
+    over_s = table[table.kernel.isin(contestants)]
+    lengths = sorted(int(s) for s in over_s.S.unique())
+
+    def by_s(column: str) -> pd.DataFrame:
+        return over_s.pivot_table(index="kernel", columns="S", values=column).reindex(index=contestants, columns=lengths)
+
+    def cells(row) -> list:
+        return [None if pd.isna(x) else float(x) for x in row]
+
+    cycles, efficiency = by_s("cycles"), by_s("efficiency_per_cycle")
+    best = contestants[0] if contestants and contestants[0] == (headline or [None])[0] else None
+    return {"at_case": at_case, "lengths": lengths, "best": best,
+            "by_s": [{"kernel": n, "cycles": cells(cycles.loc[n]), "efficiency": cells(efficiency.loc[n])}
+                     for n in contestants],
+            "ratios": [{"rival": n, "ratios": cells(cycles.loc[n] / cycles.loc[best])} for n in contestants[1:]]
+            if best else []}
 
 
 def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict,

@@ -53,7 +53,7 @@ def require(peer: Peer) -> None:
     have = libraries(peer)
     if have["torch"] is None:
         raise PeerUnavailable("torch is not installed")
-    if have.get("flash-attn-4", "") is None:
+    if peer.backend == FLASH_ATTN_CUTE and have["flash-attn-4"] is None:
         raise PeerUnavailable("flash-attn-4 (FlashAttention's CuTe DSL kernels, flash_attn.cute) is not installed")
 
 
@@ -185,23 +185,16 @@ class FlashAttnCutePeer(_TorchBacked):
         self.path = FLASH_ATTN_CUTE_PATHS.get(major)
         if self.path is None:
             raise PeerUnavailable(f"FlashAttention's CuTe DSL forward has no kernel for sm_{major}{minor}")
-        scale = None  # its default, 1/sqrt(D), as attention.softmax_scale
-
-        def attend(q, k, v):
-            out, _lse = flash_attn_func(q, k, v, softmax_scale=scale)
-            return out
-
-        self._flash_attn_func = attend
+        self._flash_attn_func = flash_attn_func  # its softmax scale by default 1/sqrt(D), as attention's
 
     def _as_input(self, tensor):
         return tensor.transpose(1, 2).contiguous()  # [B, H, S, D] -> [B, S, H, D], a copy made once
 
     def _attend(self, q, k, v):
-        return self._flash_attn_func(q, k, v).transpose(1, 2)  # back to [B, H, S, D] (a view)
+        out, _lse = self._flash_attn_func(q, k, v)
+        return out.transpose(1, 2)  # back to [B, H, S, D] (a view)
 
     @property
     def identity(self) -> dict:
-        from importlib.metadata import version
-
-        return {"torch": self.torch.__version__, "flash_attn": version("flash-attn-4"),
-                "cutlass_dsl": version("nvidia-cutlass-dsl"), "backend": self.peer.backend, "path": self.path}
+        return {"torch": self.torch.__version__, "flash_attn": installed_version("flash-attn-4"),
+                "cutlass_dsl": installed_version("nvidia-cutlass-dsl"), "backend": self.peer.backend, "path": self.path}

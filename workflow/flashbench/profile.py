@@ -51,7 +51,8 @@ def command(ncu: str, report: Path, cubin: Path, record: Path, shape: Shape) -> 
             "--shape", json.dumps(shape.as_dict())]
 
 
-def _number(text: str) -> float | None:
+def number(text: str) -> float | None:
+    """A figure of ncu's CSV (thousands separated by commas), or None where it is no number."""
     text = text.strip().replace(",", "")
     try:
         return float(text)
@@ -66,7 +67,7 @@ def parse_raw(text: str) -> dict:
     if header is None or len(rows) < header + 3:
         raise FlashbenchError("ncu's raw page has no metrics row: the kernel was not profiled")
     names, units, values = rows[header], rows[header + 1], rows[header + 2]
-    return {n: (_number(v), u) for n, u, v in zip(names, units, values)}
+    return {n: (number(v), u) for n, u, v in zip(names, units, values)}
 
 
 TIME_UNITS_IN_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
@@ -97,7 +98,7 @@ def parse_sass_samples(text: str) -> list[tuple[int, int]]:
     column = header.index("Warp Stall Sampling (All Samples)")
     body = [r for r in rows[start + 1 :] if len(r) > column and r[0].startswith("0x")]
     base = int(body[0][0], 16) if body else 0
-    return [(int(r[0], 16) - base, int(_number(r[column]) or 0)) for r in body]
+    return [(int(r[0], 16) - base, int(number(r[column]) or 0)) for r in body]
 
 
 _ANNOTATION = re.compile(r'//## File "(?P<file>[^"]+)", line (?P<line>\d+)(?P<inlined> inlined at .*)?$')

@@ -7,7 +7,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import FlashbenchError, archives, claims, conclusions, hopper, markdown
+from . import archives, claims, conclusions, hopper, markdown
 from .files import staged, staged_folder, write_text
 from .gpu import commits
 from .profile import TOP_LINES

@@ -196,10 +196,13 @@ def read_records(paths: list, kind: str, expected: Expected) -> dict:
 
 def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile_paths: list, gpu_arch: str,
               case: dict, sweep_paths: list = (), profile_paths: list = (), settings: dict | None = None, *,
-              expected: Expected) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+              expected: Expected, more_records: dict | None = None
+              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """`kernels`: the config entries of the kernels and peers, in table order. `settings`: what the run
     was asked to do beyond that (baseline, sweep, profile note), carried into kernels.json. `expected`:
-    what the records must show the run did (the configured shapes and call counts)."""
+    what the records must show the run did (the configured shapes and call counts). `more_records`:
+    the records of other stages (stage -> name -> record, read already), held to the same GPU and
+    cubins as these."""
     checks = read_records(check_paths, "check", expected)
     benches = read_records(bench_paths, "bench", expected)
     sweeps = read_records(sweep_paths, "sweep", expected)
@@ -209,7 +212,8 @@ def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile
     if unchecked:
         raise FlashbenchError(f"no check record for {', '.join(unchecked)}: run its check")
     runs_here = builds_run_here(compile_records, gpu_arch)
-    belong_together(compile_records, runs_here, check=checks, bench=benches, sweep=sweeps, profile=profiles)
+    belong_together(compile_records, runs_here, check=checks, bench=benches, sweep=sweeps, profile=profiles,
+                    **(more_records or {}))
     resources = resources_table(compile_records)
     summary = summary_table(kernels, checks, benches, resources, runs_here, gpu_arch, case, sweeps)
     choices_of = own_choices(kernels, {r["kernel"]: r["source"] for r in compile_records})

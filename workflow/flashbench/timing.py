@@ -10,20 +10,22 @@ from . import FlashbenchError, NoKernelForShape, attention
 from .config import Shape
 
 
-def _elapsed_ms(cp, run) -> float:
+def elapsed_ms(cp, run) -> float:
+    """GPU time of what `run` enqueues, between two CUDA events."""
+    return elapsed_and_issued(cp, run)[0]
+
+
+def elapsed_and_issued(cp, run) -> tuple[float, float]:
+    """GPU time (ms) of what `run` enqueues, between two CUDA events, and the host time (s) `run`
+    took to return: a library whose Python dispatch outlasts its kernel leaves the GPU waiting."""
     before, after = cp.cuda.Event(), cp.cuda.Event()
     before.record()
-    run()
-    after.record()
-    after.synchronize()
-    return cp.cuda.get_elapsed_time(before, after)
-
-
-def _issue_seconds(run) -> float:
-    """Host time `run` takes to return (it only enqueues work)."""
     start = time.perf_counter()
     run()
-    return time.perf_counter() - start
+    issued_s = time.perf_counter() - start
+    after.record()
+    after.synchronize()
+    return cp.cuda.get_elapsed_time(before, after), issued_s
 
 
 # Back-to-back calls this much slower than their CUDA graph, while the CPU took as long to issue each
@@ -57,10 +59,8 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
             kernel(q, k, v, o)
 
     # The write-up's method: `steps` back-to-back calls between two events, total / steps; and how
-    # long the CPU took to issue them (a library whose Python dispatch outlasts its kernel leaves the
-    # GPU waiting, and the figure times the dispatch).
-    issue_s = []
-    total_ms = _elapsed_ms(cp, lambda: issue_s.append(_issue_seconds(back_to_back)))
+    # long the CPU took to issue them (where that is longer, the figure times the dispatch).
+    total_ms, issue_s = elapsed_and_issued(cp, back_to_back)
 
     # Each call between its own pair of events (recorded ahead, read after), for the median and spread.
     events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(repeats)]
@@ -75,7 +75,7 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
     # first, untimed); each replay between its own events, the median / steps is the figure.
     replay = kernel.capture(q, k, v, o, steps)
     replay()
-    graph_ms = sorted(_elapsed_ms(cp, replay) / steps for _ in range(graph_replays))
+    graph_ms = sorted(elapsed_ms(cp, replay) / steps for _ in range(graph_replays))
     t1 = time.time()
 
     step_s = total_ms / steps / 1e3
@@ -93,8 +93,8 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
         "ms_min": per_call_ms[0],
         "ms_max": per_call_ms[-1],
         "ms_graph": graph_s * 1e3,
-        "issue_ms_per_call": issue_s[0] / steps * 1e3,
-        "dispatch_bound": dispatch_bound(issue_s[0] / steps, total_ms / steps / 1e3, graph_s),
+        "issue_ms_per_call": issue_s / steps * 1e3,
+        "dispatch_bound": dispatch_bound(issue_s / steps, total_ms / steps / 1e3, graph_s),
         "tflops": attention.tflops(shape, step_s),
         "tflops_median": attention.tflops(shape, median_s),
         "tflops_min": attention.tflops(shape, per_call_ms[-1] / 1e3),

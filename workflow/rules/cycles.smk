@@ -4,7 +4,7 @@
 if CYCLES:
     CYCLES_SETTINGS = dict(
         ncu=NCU,
-        shapes=lambda w: json.dumps([s.as_dict() for s in cycle_shapes(dict(w.items()).get("kernel") or w.peer)]),
+        shapes=lambda w: json.dumps([s.as_dict() for s in cycle_shapes(w[0])]),  # w[0]: the kernel or peer
         launches=SETTINGS.cycles["launches"],
     )
     CYCLES_ARGS = (
