@@ -45,20 +45,6 @@ def settings():
     return config.load(ROOT / "config.yaml")
 
 
-HEAD_TO_HEAD_CONFIG = ROOT / "workflow" / "config" / "head_to_head.yaml"  # the head-to-head's overlay
-
-
-@pytest.fixture(scope="session")
-def head_to_head_settings():
-    """config.yaml with the head-to-head's overlay, merged as Snakemake merges --configfile files."""
-    import yaml
-
-    merged = yaml.safe_load((ROOT / "config.yaml").read_text())
-    overlay = yaml.safe_load(HEAD_TO_HEAD_CONFIG.read_text())
-    merged["peers"].update(overlay.pop("peers"))
-    return config.validate({**merged, **overlay}, root=ROOT)
-
-
 @pytest.fixture(scope="session")
 def needs_nvcc():
     if shutil.which("nvcc") is None:

@@ -114,7 +114,7 @@ def test_the_order_rotates_each_round():
 
 
 @pytest.mark.gpu
-def test_a_kernel_against_itself_is_level_with_an_interval_around_one(head_to_head_settings, tmp_path, needs_nvcc):
+def test_a_kernel_against_itself_is_level_with_an_interval_around_one(settings, tmp_path, needs_nvcc):
     from flashbench import gpu
     from flashbench.clocks import ClockSampler, EnergyCounter
     from flashbench.compile import compile_kernel, runnable_build
@@ -122,7 +122,6 @@ def test_a_kernel_against_itself_is_level_with_an_interval_around_one(head_to_he
 
     from conftest import ROOT
 
-    settings = head_to_head_settings
     here = gpu.require().arch
     best = settings.kernel(settings.headline[0])
     arch = runnable_build(best.archs, here) if best.archs else here

@@ -38,9 +38,9 @@ def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, mon
                                              "reason": "skipped: torch is not installed"}
 
 
-def test_flashattention_is_skipped_with_its_reason_where_its_package_is_missing(head_to_head_settings, monkeypatch):
-    flash_attn_cute = next(p for p in head_to_head_settings.peers if p.backend == peers.FLASH_ATTN_CUTE)
-    sdpa = next(p for p in head_to_head_settings.peers if p.backend == "auto")
+def test_flashattention_is_skipped_with_its_reason_where_its_package_is_missing(settings, monkeypatch):
+    flash_attn_cute = next(p for p in settings.peers if p.backend == peers.FLASH_ATTN_CUTE)
+    sdpa = next(p for p in settings.peers if p.backend == "auto")
     installed = {"torch"}
     monkeypatch.setattr(peers, "installed_version", lambda name: "1.0" if name in installed else None)
     with pytest.raises(peers.PeerUnavailable, match="flash-attn-4 .* is not installed"):
@@ -54,9 +54,9 @@ def test_flashattention_is_skipped_with_its_reason_where_its_package_is_missing(
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
-@pytest.mark.parametrize("name", [p.name for p in config.load(ROOT / "config.yaml").peers] + ["flash_attn_cute"])
-def test_each_peer_matches_the_fp32_reference(settings, head_to_head_settings, name):
-    peer = next(p for p in head_to_head_settings.peers if p.name == name)
+@pytest.mark.parametrize("name", [p.name for p in config.load(ROOT / "config.yaml").peers])
+def test_each_peer_matches_the_fp32_reference(settings, name):
+    peer = next(p for p in settings.peers if p.name == name)
     if peer.backend == peers.FLASH_ATTN_CUTE and importlib.util.find_spec("flash_attn") is None:
         pytest.skip("flash-attn-4 is not installed")
     gpu.require()

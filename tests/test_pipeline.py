@@ -63,12 +63,18 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "all_built": 1, "check_kernel": n,
                                        "bench_kernel": n, "sweep_kernel": n, "profile_kernel": n, "check_peer": peers,
                                        "bench_peer": peers, "sweep_peer": peers, "summarize": 1, "render_report": 1,
-                                       "compare_gpus": 1, "report_pages": 1, "comparison_page": 1, "report": 1}
+                                       "compare_gpus": 1, "report_pages": 1, "comparison_page": 1, "report": 1,
+                                       "head_to_head_point": len(settings.headline_shapes()), "cycles_kernel": n,
+                                       "cycles_peer": peers}
     for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
         assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
         assert f"results/nvidia-h200/sweep/{name}.json" in proc.stdout
     assert "results/nvidia-h200/profile/v12.json" in proc.stdout
     assert "reports/nvidia-h200/report.md" in proc.stdout and "reports/nvidia-h200/sweep.png" in proc.stdout
+    for point in ("S1024", "S512", "S16384"):  # the case, then every other swept length
+        assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
+    assert "results/nvidia-h200/cycles/flash_attn_cute.json" in proc.stdout
+    assert "results/nvidia-h200/head_to_head.csv" in proc.stdout and "results/nvidia-h200/cycles.csv" in proc.stdout
 
 
 def a_gpu_here(tmp_path, line="NVIDIA H200, 9.0, 00000000:19:00.0"):
@@ -447,23 +453,6 @@ def test_without_a_sweep_in_config_the_rest_still_runs(checkout):
     assert "sweep_kernel" not in counts and "sweep_peer" not in counts and counts["summarize"] == 1
 
 
-def test_the_head_to_head_overlay_adds_its_peer_a_job_per_point_and_the_cycle_counts(checkout, head_to_head_settings,
-                                                                                     with_ncu):
-    from conftest import HEAD_TO_HEAD_CONFIG
-
-    proc = snakemake(checkout, "-n", "--configfile", "config.yaml", str(HEAD_TO_HEAD_CONFIG), *H200, env=with_ncu)
-    assert proc.returncode == 0, proc.stderr
-    settings = head_to_head_settings
-    n, peers = len(settings.kernels), len(settings.peers)
-    counts = job_counts(proc.stdout)
-    assert (counts["check_peer"], counts["head_to_head_point"], counts["cycles_kernel"], counts["cycles_peer"]) == (
-        peers, len(settings.headline_shapes()), n, peers)
-    for point in ("S1024", "S512", "S16384"):  # the case, then every other swept length
-        assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
-    assert "results/nvidia-h200/cycles/flash_attn_cute.json" in proc.stdout
-    assert "results/nvidia-h200/head_to_head.csv" in proc.stdout and "results/nvidia-h200/cycles.csv" in proc.stdout
-
-
 SLURM_PROFILE = ROOT / "workflow" / "profiles" / "slurm" / "config.yaml"
 GPU_RULES = {"check_kernel", "check_peer", "bench_kernel", "bench_peer", "sweep_kernel", "sweep_peer", "profile_kernel",
              "head_to_head_point", "cycles_kernel", "cycles_peer"}
@@ -482,10 +471,7 @@ def job_resources(stdout: str) -> dict:
 
 def test_the_slurm_profile_asks_one_gpu_of_one_kind_for_the_gpu_stages_alone(checkout, with_ncu):
     """A head node with no GPU: --config names the GPU, and only the GPU stages ask SLURM for one."""
-    from conftest import HEAD_TO_HEAD_CONFIG
-
-    proc = snakemake(checkout, "-n", "--workflow-profile", "workflow/profiles/slurm", "--configfile", "config.yaml",
-                     str(HEAD_TO_HEAD_CONFIG), *H200, env=with_ncu)
+    proc = snakemake(checkout, "-n", "--workflow-profile", "workflow/profiles/slurm", *H200, env=with_ncu)
     assert proc.returncode == 0, proc.stderr
     assert "profiles/slurm" in proc.stderr
     resources = job_resources(proc.stdout)

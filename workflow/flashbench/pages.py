@@ -92,7 +92,7 @@ def table_page(source: Path | str) -> str:
 def absent_page(table: str) -> str:
     """The page of a table the run did not make (a run without the stages that write it)."""
     body = (f"<h1>{html.escape(table)}.csv</h1>\n<p>Not in this archive: its run had no {html.escape(table)} "
-            f"stage (<code>workflow/config/head_to_head.yaml</code> adds it).</p>")
+            f"stage (config.yaml asks for it).</p>")
     return page(f"{table}.csv", body)
 
 

@@ -86,7 +86,7 @@ PAGES = "build/pages"
 COMPARISON = {"table": "reports/README.md", "figure": "reports/compare.png", "page": f"{PAGES}/README.html"}
 REPORTS = ("report", "hopper")  # reports/<gpu>/<name>.md
 REPORT_TABLES = ("summary", "resources", "profile")  # results/<gpu>/<name>.csv of every archive
-# and those of a run that had the stages of workflow/config/head_to_head.yaml (see paired_tables)
+# and those of a run that had the head-to-head and cycles stages (see paired_tables)
 PAIRED_TABLES = ("head_to_head", "cycles")
 
 
