@@ -42,7 +42,7 @@ SWEEP = {"S": list(SWEEP_S), "steps": 20, "repeats": 20, "warmup": 3, "graph_rep
 HEADLINE = ["v15", "v14"]
 RIVALS = ["sdpa_auto"]
 SETTINGS = {"baseline": "sdpa_auto", "sweep": SWEEP, "profile_note": None, "headline": HEADLINE,
-            "head_to_head": {"rivals": RIVALS, "rounds": 9, "min_timing_ms": 50, "warmup": 10, "energy_rounds": 2,
+            "head_to_head": {"rivals": RIVALS, "rounds": 9, "min_timing_ms": 50, "lead_in_ms": 100, "warmup": 10, "energy_rounds": 2,
                              "energy_window_s": 1.0, "confidence": 0.95, "resamples": 4000, "level_within": 0.01},
             "cycles": {"launches": 3}, "cycles_note": None}
 CLOCK_HZ = 1.8e9  # the clock the synthetic cycle counts assume

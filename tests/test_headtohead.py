@@ -199,7 +199,7 @@ def test_every_peer_runs_as_it_is_configured_though_the_switches_are_the_process
     peers = [SwitchedPeer(name) for name in ("sdpa_cudnn", "sdpa_auto", "sdpa_flash")]
     for peer in peers:
         peer.activate()
-    settings = {"rounds": 3, "min_timing_ms": 10, "warmup": 1, "energy_rounds": 1, "energy_window_s": 0.01}
+    settings = {"rounds": 3, "min_timing_ms": 10, "lead_in_ms": 5, "warmup": 1, "energy_rounds": 1, "energy_window_s": 0.01}
     record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
     assert [p.wrong_calls for p in peers] == [0, 0, 0]
     assert record["order"] == ["sdpa_cudnn", "sdpa_auto", "sdpa_flash"] and record["excluded"] == {}
@@ -207,7 +207,59 @@ def test_every_peer_runs_as_it_is_configured_though_the_switches_are_the_process
 
 def test_a_contestant_without_a_kernel_at_a_point_is_left_out_saying_why():
     peers = [SwitchedPeer("v22"), SwitchedPeer("flash_attn_cute", no_kernel=True)]
-    settings = {"rounds": 2, "min_timing_ms": 5, "warmup": 1, "energy_rounds": 1, "energy_window_s": 0.01}
+    settings = {"rounds": 2, "min_timing_ms": 5, "lead_in_ms": 5, "warmup": 1, "energy_rounds": 1, "energy_window_s": 0.01}
     record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
     assert record["order"] == ["v22"] and list(record["contestants"]) == ["v22"]
     assert record["excluded"] == {"flash_attn_cute": "flash_attn_cute has no kernel for B=1 H=64 S=1024 D=128"}
+
+
+class _LoggedEvent(_Event):
+    def record(self):
+        super().record()
+        LoggedPeer.log.append("event")
+
+
+class LoggedPeer(SwitchedPeer):
+    """A peer whose calls, graph replays and the events around them go to one log, in order."""
+
+    log = []
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=_LoggedEvent, get_elapsed_time=FAKE_CP.cuda.get_elapsed_time,
+                                                          runtime=FAKE_CP.cuda.runtime),
+                               random=FAKE_CP.random)
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.cp = LoggedPeer.cp
+
+    def __call__(self, *args):
+        LoggedPeer.log.append(f"call {self.name}")
+        time.sleep(1e-4)
+
+    def capture(self, *args):
+        calls = args[-1]
+
+        def replay():
+            LoggedPeer.log.append(f"replay {self.name}")
+            time.sleep(calls * 1e-4)
+        return replay
+
+
+def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_comes_last():
+    # The power cap's clock lags the load: a timing right after a contestant that left the GPU idle
+    # (its Python dispatch) runs on a clock that contestant raised. So each turn: the contestant's own
+    # graph for lead_in_ms untimed, its graph timed, then its calls back to back timed.
+    peers = [LoggedPeer("v22"), LoggedPeer("flash_attn_cute")]
+    settings = {"rounds": 2, "min_timing_ms": 5, "lead_in_ms": 12, "warmup": 1, "energy_rounds": 1,
+                "energy_window_s": 0.01}
+    LoggedPeer.log.clear()
+    record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
+    lead_in = {name: c["lead_in_replays"] for name, c in record["contestants"].items()}
+    calls = {name: c["calls_per_timing"] for name, c in record["contestants"].items()}
+    for name in lead_in:
+        # as many replays as fill lead_in_ms, each at least its calls' sleeps (and a little more)
+        assert lead_in[name] * calls[name] * 1e-4 * 1.1 >= 0.012 > (lead_in[name] - 1) * calls[name] * 1e-4
+    log = " | ".join(LoggedPeer.log)
+    turns = [(f"replay {name} | " * lead_in[name] + f"event | replay {name} | event | event | "
+              + f"call {name} | " * calls[name] + "event") for name in ("v22", "flash_attn_cute")]
+    rounds = f"{turns[0]} | {turns[1]} | {turns[1]} | {turns[0]}"  # the order rotated in the second round
+    assert rounds in log
