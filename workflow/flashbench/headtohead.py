@@ -16,10 +16,10 @@ process, in rounds:
 The lead-in is there because the power cap's clock remembers what ran just before. A contestant
 whose back-to-back calls time Python's dispatch leaves the GPU half idle; its power falls and the
 clock rises, and whatever is timed next starts on that clock. Timed right after its own
-back-to-back calls, FlashAttention's graph at S=1024 ran 8% faster than over a sustained second,
-and came out level with a kernel that takes 9% fewer cycles. So each timing now starts on the
-contestant's own sustained load, and the back-to-back calls, the one timing that can idle the
-GPU, come last in a turn.
+back-to-back calls, FlashAttention's graph at S=1024 ran 11% faster than over a sustained second
+(the others 0-3%), and came out level with a kernel that takes 9% fewer cycles. So each timing
+starts on the contestant's own sustained load, and the back-to-back calls, the one timing that
+can idle the GPU, come last in a turn.
 
 Each round gives, per headline version, rival and method, one paired ratio: the rival's time over the
 version's (above 1: the version is faster), from timings a fraction of a second apart, so a clock that
