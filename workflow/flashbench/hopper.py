@@ -36,10 +36,11 @@ def _comparison(row) -> dict:
     return {key: None if pd.isna(value) else value for key, value in row._asdict().items() if key in COMPARED}
 
 
-def paired_goal(table: pd.DataFrame | None, meta: dict) -> dict | None:
+def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | None = None) -> dict | None:
     """The goal from the head-to-head: per rival and point, the best headline version's paired ratio,
-    interval and verdict by CUDA graph and back to back. The goal is reached where no fair verdict
-    against the goal's rivals is "behind" at the case and at every S >= GOAL_MIN_S."""
+    interval and verdict by CUDA graph and back to back, and beside them the rival's cycles over the
+    version's where both were counted there. The goal is reached where no fair verdict against the
+    goal's rivals is "behind" at the case and at every S >= GOAL_MIN_S."""
     headline = meta.get("headline") or []
     if table is None or table.empty or not headline:
         return None
@@ -47,10 +48,13 @@ def paired_goal(table: pd.DataFrame | None, meta: dict) -> dict | None:
     goal_rivals = [k["name"] for k in meta["kernels"] if k["kind"] == "peer" and k.get("backend") in RIVALS]
     mine = table[table.version == best]
     against = mine[~mine.rival.isin(headline)]  # its predecessors: a table of their own
+    counted = cycles.set_index(["kernel", "S"]).cycles.to_dict() if cycles is not None else {}
     points = []  # in the table's order: the case first, then by S
     for (is_case, S, rival), pair in against.groupby(["is_case", "S", "rival"], sort=False):
+        mine_counted, theirs_counted = counted.get((best, S)), counted.get((rival, S))
         points.append({"where": _where(is_case, S), "S": int(S), "is_case": bool(is_case), "rival": rival,
                        "in_goal": rival in goal_rivals and (is_case or S >= GOAL_MIN_S),
+                       "cycles_ratio": theirs_counted / mine_counted if mine_counted and theirs_counted else None,
                        **{r.method: _comparison(r) for r in pair.itertuples()}})
     in_goal = [p for p in points if p["in_goal"]]
     goal_wheres = {p["where"] for p in points if p["is_case"] or p["S"] >= GOAL_MIN_S}
@@ -133,7 +137,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         by_s[column] = [{"name": n, "tflops": [None if pd.isna(v) else float(v) for v in row]}
                         for n, row in zip(pivot.index, pivot.itertuples(index=False))]
 
-    head_to_head_goal = paired_goal(head_to_head, meta)
+    head_to_head_goal = paired_goal(head_to_head, meta, cycles)
     # the step method's figures that timed the CPU's dispatch rather than the kernel: (name, S)
     flagged = sweep[sweep.kernel.isin(order) & (sweep.dispatch_bound == True)]  # noqa: E712  (NaN: not timed)
     dispatch_bound = sorted({(n, int(s)) for n, s in zip(flagged.kernel, flagged.S)})
