@@ -33,25 +33,30 @@ def test_two_runs_alike_agree(tmp_path):
     assert result["problems"] == [] and len(result["paired"]) == 2 * 3 * 3 and len(result["cycles"]) > 3
     summary = agreement.summary(result)
     assert "verdicts: 18 of 18 the same" in summary
-    assert summary[1].startswith("1 back-to-back ratios not fair in either run")
+    assert summary[1].startswith("1 back-to-back ratios not fair in a run")
 
 
 def test_every_disagreement_is_named_and_an_unfair_ratio_moves_freely(tmp_path):
     def change(h2h, cyc):
         h2h.loc[where(h2h), "ratio"] *= 1.02  # moved 2%
         h2h.loc[where(h2h, method="step", S=512), "verdict"] = "behind"  # flipped
-        h2h.loc[where(h2h, version="v14", method="step", S=2048), "ratio"] *= 1.10  # not fair in either run
+        unfair = where(h2h, version="v14", method="step", S=2048)  # not fair in either run: free to move
+        h2h.loc[unfair, "ratio"] *= 1.10
+        h2h.loc[unfair, "verdict"] = "behind"
+        h2h.loc[where(h2h, version="v14", method="step", S=1024), "fair"] = False  # fair in the first run only
         cyc.loc[(cyc.kernel == "v11") & (cyc.S == 1024), "cycles"] *= 1.015
+        cyc.loc[(cyc.kernel == "v12") & (cyc.S == 1024), "cycles"] = float("nan")
         return h2h[~where(h2h, S=2048)], cyc  # the second run lacks a row
 
     result = agreement.compare(run(tmp_path / "first"), run(tmp_path / "second", change), 0.015, 0.01)
     problems = result["problems"]
-    assert len(problems) == 4, problems
+    assert len(problems) == 6, problems
     assert problems[0] == "paired ratio of v15 vs sdpa_auto at S=2048 by graph: only in the first run"
-    assert problems[1].startswith("v15 vs sdpa_auto at S=512 by step: ") and problems[1].endswith(
-        "in the first run, behind in the second")
-    assert problems[2].startswith("v15 vs sdpa_auto at S=1024 by graph: ratio ") and "moved 2.0%" in problems[2]
-    assert problems[3].startswith("cycles of v11 at S=1024: ") and "moved 1.5%" in problems[3]
+    assert problems[1] == "v15 vs sdpa_auto at S=512 by step: ahead in the first run, behind in the second"
+    assert problems[2] == "v14 vs sdpa_auto at S=1024 by step: level in the first run, not fair in the second"
+    assert problems[3].startswith("v15 vs sdpa_auto at S=1024 by graph: ratio ") and "moved 2.0%" in problems[3]
+    assert problems[4].startswith("cycles of v11 at S=1024: ") and "moved 1.5%" in problems[4]
+    assert problems[5] == "cycles of v12 at S=1024: not counted in the second run"
 
 
 def test_the_command_fails_in_one_line_where_they_do_not_agree_or_a_table_is_missing(tmp_path, capsys):

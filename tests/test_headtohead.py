@@ -6,7 +6,7 @@ import types
 import numpy as np
 import pytest
 
-from flashbench import NoKernelForShape, headtohead
+from flashbench import FlashbenchError, NoKernelForShape, headtohead
 from flashbench.config import Shape
 from flashbench.headtohead import compare, comparisons, median_interval, paired_ratios, verdict
 
@@ -194,6 +194,22 @@ class _Sampler:
         return [{"samples": 0} for _ in spans]
 
 
+class _SpanSampler:
+    """Each window's reading says which span it was asked for."""
+
+    def windows(self, spans):
+        return [{"samples": 0, "start": t0, "end": t1} for t0, t1 in spans]
+
+
+class _LoggedEnergy:
+    joule = 0.0
+
+    def joules(self):
+        LoggedPeer.log.append("energy")
+        self.joule += 1.0
+        return self.joule
+
+
 def test_every_peer_runs_as_it_is_configured_though_the_switches_are_the_processs():
     # each one made in turn (the last one's switches would hold for all), then timed in rotated rounds
     peers = [SwitchedPeer(name) for name in ("sdpa_cudnn", "sdpa_auto", "sdpa_flash")]
@@ -211,6 +227,8 @@ def test_a_contestant_without_a_kernel_at_a_point_is_left_out_saying_why():
     record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
     assert record["order"] == ["v22"] and list(record["contestants"]) == ["v22"]
     assert record["excluded"] == {"flash_attn_cute": "flash_attn_cute has no kernel for B=1 H=64 S=1024 D=128"}
+    with pytest.raises(FlashbenchError, match="no contestant runs at B=1 H=64 S=1024 D=128: flash_attn_cute: "):
+        headtohead.measure(peers[1:], Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
 
 
 class _LoggedEvent(_Event):
@@ -252,7 +270,8 @@ def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_co
     settings = {"rounds": 2, "min_timing_ms": 5, "lead_in_ms": 12, "warmup": 1, "energy_rounds": 1,
                 "energy_window_s": 0.01}
     LoggedPeer.log.clear()
-    record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
+    record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _SpanSampler(), _LoggedEnergy(),
+                                progress=lambda m: None)
     lead_in = {name: c["lead_in_replays"] for name, c in record["contestants"].items()}
     calls = {name: c["calls_per_timing"] for name, c in record["contestants"].items()}
     for name in lead_in:
@@ -263,3 +282,10 @@ def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_co
               + f"call {name} | " * calls[name] + "event") for name in ("v22", "flash_attn_cute")]
     rounds = f"{turns[0]} | {turns[1]} | {turns[1]} | {turns[0]}"  # the order rotated in the second round
     assert rounds in log
+    for name, c in record["contestants"].items():  # each clock window is its own timing's: the graph's first
+        assert all(r["clocks"]["graph"]["end"] <= r["clocks"]["step"]["start"] for r in c["rounds"])
+    # then the energy windows, each after its lead-in: NVML's counter read once the lead-in is done
+    windows = [f"replay {name} | " * lead_in[name] + "energy | "
+               + f"replay {name} | " * (record["contestants"][name]["energy"][0]["calls"] // calls[name]) + "energy"
+               for name in ("v22", "flash_attn_cute")]
+    assert log.endswith(f"{turns[0]} | {windows[0]} | {windows[1]}")

@@ -6,9 +6,10 @@ default) and every cycle count by at most `cycles_within` (1%):
 
     python -m flashbench agreement results/nvidia-h200 /tmp/first/results/nvidia-h200
 
-A back-to-back ratio that is not fair in either run (it timed a side's Python dispatch, not its
-kernel) is listed but not held to `ratio_within`: it moves with the CPU, which is not what is
-compared.
+A back-to-back ratio that is not fair in a run (it timed a side's Python dispatch, not its kernel)
+has "not fair" for its verdict, as the report shows it, and is not held to `ratio_within`: it moves
+with the CPU, which is not what is compared. A ratio fair in one run and not in the other is a
+verdict that differs.
 """
 from __future__ import annotations
 
@@ -16,30 +17,34 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import cycles, headtohead
 from .validation import read_table
 
-PAIRED_KEYS = ["S", "version", "rival", "method"]
-CYCLE_KEYS = ["kernel", "S"]
+SHAPE = ["B", "H", "S", "D"]
+PAIRED_KEYS = [*SHAPE, "version", "rival", "method"]
+CYCLE_KEYS = ["kernel", *SHAPE]
 
 
-def _side_by_side(first: pd.DataFrame, second: pd.DataFrame, keys: list[str], value: str,
-                  also: list[str] = ()) -> pd.DataFrame:
-    """Rows of both tables matched on `keys`, `value` (and `also`) of each, and how far `value` moved."""
-    columns = [*keys, value, *also]
+def _side_by_side(first: pd.DataFrame, second: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+    """Rows of both tables matched on `keys`, `value` and `shown` of each, and how far `value` moved."""
+    columns = [*keys, value, "shown"]
     both = first[columns].merge(second[columns], on=keys, how="outer", suffixes=("_first", "_second"),
                                 indicator="found")
     both["moved"] = (both[f"{value}_second"] / both[f"{value}_first"] - 1).abs()
     return both
 
 
+def _read(folder: Path, name: str, keys: list[str], values: list[str]) -> pd.DataFrame:
+    return read_table(Path(folder) / f"{name}.csv", [*keys, *values])
+
+
 def compare(first_dir: Path, second_dir: Path, ratio_within: float, cycles_within: float) -> dict:
     """The two runs' head-to-head and cycles side by side, and each way in which they disagree."""
-    tables = {}
-    for name, columns in (("head_to_head", headtohead.COLUMNS), ("cycles", cycles.COLUMNS)):
-        tables[name] = [read_table(Path(d) / f"{name}.csv", columns) for d in (first_dir, second_dir)]
-    paired = _side_by_side(*tables["head_to_head"], PAIRED_KEYS, "ratio", ["verdict", "fair"])
-    counted = _side_by_side(*tables["cycles"], CYCLE_KEYS, "cycles")
+    paired, counted = [], []
+    for folder in (first_dir, second_dir):
+        table = _read(folder, "head_to_head", PAIRED_KEYS, ["ratio", "verdict", "fair"])
+        paired.append(table.assign(shown=table.verdict.where(table.fair.astype(bool), "not fair")))
+        counted.append(_read(folder, "cycles", CYCLE_KEYS, ["cycles"]).assign(shown=""))
+    paired, counted = _side_by_side(*paired, PAIRED_KEYS, "ratio"), _side_by_side(*counted, CYCLE_KEYS, "cycles")
     problems = []
     for what, table, keys in (("paired ratio", paired, PAIRED_KEYS), ("cycle count", counted, CYCLE_KEYS)):
         for row in table[table.found != "both"].itertuples():
@@ -47,20 +52,32 @@ def compare(first_dir: Path, second_dir: Path, ratio_within: float, cycles_withi
             problems.append(f"{what} of {_name(row, keys)}: only in the {run} run")
     paired = paired[paired.found == "both"].copy()
     counted = counted[counted.found == "both"].copy()
-    paired["judged"] = paired.fair_first.astype(bool) | paired.fair_second.astype(bool)
+    for what, table in (("paired ratios", paired), ("cycle counts", counted)):
+        if table.empty:
+            problems.append(f"no {what} in both runs: nothing to compare")
+    paired["judged"] = paired.shown_first.ne("not fair") & paired.shown_second.ne("not fair")
     for row in paired.itertuples():
         name = _name(row, PAIRED_KEYS)
-        if row.verdict_first != row.verdict_second:
-            problems.append(f"{name}: {row.verdict_first} in the first run, {row.verdict_second} in the second")
-        if row.judged and row.moved > ratio_within:
+        if row.shown_first != row.shown_second:
+            problems.append(f"{name}: {row.shown_first} in the first run, {row.shown_second} in the second")
+        if row.judged and pd.isna(row.moved):
+            problems.append(f"{name}: no ratio in {_which(row.ratio_first, row.ratio_second)}")
+        elif row.judged and row.moved > ratio_within:
             problems.append(f"{name}: ratio {row.ratio_first:.3f} -> {row.ratio_second:.3f}, "
                             f"moved {row.moved:.1%} (more than {ratio_within:.1%})")
     for row in counted.itertuples():
-        if row.moved > cycles_within:
-            problems.append(f"cycles of {_name(row, CYCLE_KEYS)}: {row.cycles_first:.0f} -> {row.cycles_second:.0f}, "
+        name = f"cycles of {_name(row, CYCLE_KEYS)}"
+        if pd.isna(row.moved):
+            problems.append(f"{name}: not counted in {_which(row.cycles_first, row.cycles_second)}")
+        elif row.moved > cycles_within:
+            problems.append(f"{name}: {row.cycles_first:.0f} -> {row.cycles_second:.0f}, "
                             f"moved {row.moved:.1%} (more than {cycles_within:.1%})")
     return {"paired": paired, "cycles": counted, "problems": problems,
             "ratio_within": ratio_within, "cycles_within": cycles_within}
+
+
+def _which(first, second) -> str:
+    return "either run" if pd.isna(first) and pd.isna(second) else "the first run" if pd.isna(first) else "the second run"
 
 
 def _name(row, keys: list[str]) -> str:
@@ -73,19 +90,21 @@ def _name(row, keys: list[str]) -> str:
 def summary(result: dict) -> list[str]:
     """What the comparison found, a line each: the largest moves, the verdicts, then every disagreement."""
     paired, counted = result["paired"], result["cycles"]
-    judged = paired[paired.judged]
+    judged = paired[paired.judged].dropna(subset=["moved"])
     lines = []
     if len(judged):
         worst = judged.loc[judged.moved.idxmax()]
         lines.append(f"{len(judged)} paired ratios held to {result['ratio_within']:.1%}: the largest move "
                      f"{worst.moved:.2%} ({_name(worst, PAIRED_KEYS)}); median move {judged.moved.median():.2%}")
-    if len(paired) > len(judged):
-        lines.append(f"{len(paired) - len(judged)} back-to-back ratios not fair in either run (Python's dispatch), "
-                     f"not held to it: largest move {paired[~paired.judged].moved.max():.1%}")
-    same = (paired.verdict_first == paired.verdict_second).sum()
+    unfair = paired[~paired.judged]
+    if len(unfair):
+        lines.append(f"{len(unfair)} back-to-back ratios not fair in a run (Python's dispatch), not held to it: "
+                     f"largest move {unfair.moved.max():.1%}")
+    same = (paired.shown_first == paired.shown_second).sum()
     lines.append(f"verdicts: {same} of {len(paired)} the same")
-    if len(counted):
-        worst = counted.loc[counted.moved.idxmax()]
-        lines.append(f"{len(counted)} cycle counts held to {result['cycles_within']:.1%}: the largest move "
-                     f"{worst.moved:.2%} ({_name(worst, CYCLE_KEYS)}); median move {counted.moved.median():.2%}")
+    counts = counted.dropna(subset=["moved"])
+    if len(counts):
+        worst = counts.loc[counts.moved.idxmax()]
+        lines.append(f"{len(counts)} cycle counts held to {result['cycles_within']:.1%}: the largest move "
+                     f"{worst.moved:.2%} ({_name(worst, CYCLE_KEYS)}); median move {counts.moved.median():.2%}")
     return lines + [f"disagrees: {p}" for p in result["problems"]]

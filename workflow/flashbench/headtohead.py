@@ -238,6 +238,9 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
         except NoKernelForShape as e:
             excluded[impl.name] = str(e)
     names = [name for name in names if name in contestants]
+    if not names:
+        raise FlashbenchError(f"no contestant runs at {shape}: "
+                              + "; ".join(f"{name}: {reason}" for name, reason in excluded.items()))
     rounds = {name: [] for name in names}
     for r in range(settings["rounds"]):
         for name in rotated(names, r):
