@@ -88,7 +88,8 @@ def timing(tflops: float, throttled: bool = False, shape: dict = CASE, counts: d
             "ms_per_step": ms, "ms_median": ms * 1.01, "ms_min": ms * 0.99, "ms_max": ms * 1.2, "ms_graph": ms * 0.98,
             "tflops": tflops, "tflops_median": tflops / 1.01, "tflops_min": tflops / 1.2, "tflops_max": tflops / 0.99,
             "tflops_graph": tflops / 0.98, "gib_per_s": attention.gib_per_s(shape, ms / 1e3),
-            "input_bytes": attention.input_bytes(shape), "clocks": clocks(throttled)}
+            "input_bytes": attention.input_bytes(shape), "issue_ms_per_call": ms / 10, "dispatch_bound": False,
+            "clocks": clocks(throttled)}
 
 
 def check_row(shape: dict, kind: str, passed: bool) -> dict:

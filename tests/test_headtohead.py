@@ -231,17 +231,27 @@ def test_a_contestant_without_a_kernel_at_a_point_is_left_out_saying_why():
         headtohead.measure(peers[1:], Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
 
 
-class _LoggedEvent(_Event):
+class _LoggedEvent:
     def record(self):
-        super().record()
+        self.at = len(LoggedPeer.log)
         LoggedPeer.log.append("event")
+        LoggedPeer.seconds.append(0.0)
+
+    def synchronize(self):
+        pass
+
+
+def _logged_elapsed_ms(before, after) -> float:
+    """What the calls and replays logged between two events take: 0.1 ms a call, whatever the host does."""
+    return sum(LoggedPeer.seconds[before.at:after.at]) * 1e3
 
 
 class LoggedPeer(SwitchedPeer):
-    """A peer whose calls, graph replays and the events around them go to one log, in order."""
+    """A peer whose calls, graph replays and the events around them go to one log, in order, each
+    with the GPU time it takes (0.1 ms a call)."""
 
-    log = []
-    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=_LoggedEvent, get_elapsed_time=FAKE_CP.cuda.get_elapsed_time,
+    log, seconds = [], []
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=_LoggedEvent, get_elapsed_time=_logged_elapsed_ms,
                                                           runtime=FAKE_CP.cuda.runtime),
                                random=FAKE_CP.random)
 
@@ -249,17 +259,16 @@ class LoggedPeer(SwitchedPeer):
         super().__init__(name)
         self.cp = LoggedPeer.cp
 
+    def _logged(self, what: str, calls: int) -> None:
+        LoggedPeer.log.append(f"{what} {self.name}")
+        LoggedPeer.seconds.append(calls * 1e-4)
+
     def __call__(self, *args):
-        LoggedPeer.log.append(f"call {self.name}")
-        time.sleep(1e-4)
+        self._logged("call", 1)
 
     def capture(self, *args):
         calls = args[-1]
-
-        def replay():
-            LoggedPeer.log.append(f"replay {self.name}")
-            time.sleep(calls * 1e-4)
-        return replay
+        return lambda: self._logged("replay", calls)
 
 
 def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_comes_last():
@@ -270,6 +279,7 @@ def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_co
     settings = {"rounds": 2, "min_timing_ms": 5, "lead_in_ms": 12, "warmup": 1, "energy_rounds": 1,
                 "energy_window_s": 0.01}
     LoggedPeer.log.clear()
+    LoggedPeer.seconds.clear()
     record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _SpanSampler(), _LoggedEnergy(),
                                 progress=lambda m: None)
     lead_in = {name: c["lead_in_replays"] for name, c in record["contestants"].items()}

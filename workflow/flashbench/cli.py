@@ -236,9 +236,8 @@ def cmd_head_to_head(a) -> None:
 
     from . import gpu
     from .clocks import ClockSampler, EnergyCounter
-    from .headtohead import measure
-
     from .config import Peer
+    from .headtohead import measure
 
     shape, entries = a.shape, a.contestants
     excluded, admitted = {}, []

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import FlashbenchError, attention
 from .config import Shape
-from .profile import TIME_UNITS_IN_US, number, run
+from .profile import TIME_UNITS_IN_US, number, raw_page, run, version
 
 MARKER = "flashbench_call_marker"
 MARKER_SOURCE = f'extern "C" __global__ void {MARKER}() {{}}'
@@ -154,9 +154,8 @@ def count(ncu: str, target: list[str], shapes: list[Shape], launches: int, progr
         report = Path(tmp) / "cycles"
         progress(f"cycles: ncu over {launches} calls at {', '.join(f'S={s.S}' for s in shapes)}")
         run(command(ncu, report, driver_command(target, shapes, launches)), "ncu")
-        raw = run([ncu, "--import", f"{report}.ncu-rep", "--page", "raw", "--csv", "--print-units", "base"],
-                  "ncu --page raw")
-    return parse_kernels(raw), run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]
+        raw = raw_page(ncu, f"{report}.ncu-rep")
+    return parse_kernels(raw), version(ncu)
 
 
 def table(records: list[dict], kernels: list[dict], case: dict):

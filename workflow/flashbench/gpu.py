@@ -148,4 +148,3 @@ def commits(provenances: list[dict]) -> dict:
     """The commits records were measured at, and git's own answers where they differ from those."""
     return {"measured": sorted({measured_commit(p) for p in provenances}),
             "git_said": sorted({p["git_commit"] for p in provenances if p.get("given_commit")})}
-

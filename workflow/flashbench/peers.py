@@ -11,7 +11,6 @@ has no kernel for the GPU, the peer is skipped (PeerUnavailable) and the report 
 """
 from __future__ import annotations
 
-
 from . import FlashbenchError, NoKernelForShape, attention
 from .config import Peer, Shape
 

@@ -156,6 +156,15 @@ def run(cmd: list[str], what: str) -> str:
     return proc.stdout
 
 
+def raw_page(ncu: str, report: str) -> str:
+    """An ncu report's raw page as CSV, every figure in base units."""
+    return run([ncu, "--import", report, "--page", "raw", "--csv", "--print-units", "base"], "ncu --page raw")
+
+
+def version(ncu: str) -> str:
+    return run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]
+
+
 def profile(ncu: str, cubin: Path, record: Path, source: Path, shape: Shape, progress=print) -> dict:
     """Profile one kernel: the metrics, the stall reasons and where in `source` the warps stall
     (that last part needs nvdisasm, from the CUDA toolkit; without it the record says so)."""
@@ -164,10 +173,10 @@ def profile(ncu: str, cubin: Path, record: Path, source: Path, shape: Shape, pro
         progress(f"profile {cubin.stem}: ncu at {shape} (several replays of one launch)")
         run(command(ncu, report, cubin, record, shape), "ncu")
         rep = f"{report}.ncu-rep"
-        raw = parse_raw(run([ncu, "--import", rep, "--page", "raw", "--csv", "--print-units", "base"], "ncu --page raw"))
+        raw = parse_raw(raw_page(ncu, rep))
         samples = parse_sass_samples(run([ncu, "--import", rep, "--page", "source", "--print-source", "sass",
                                            "--csv"], "ncu --page source"))
-    readings = {"metrics": metrics_of(raw), "ncu": run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]}
+    readings = {"metrics": metrics_of(raw), "ncu": version(ncu)}
     unattributed = {"stall_samples": None, "softmax_share": None, "top_lines": None}
     nvdisasm = shutil.which("nvdisasm")
     if nvdisasm is None:

@@ -12,7 +12,7 @@ from .files import staged, staged_folder, write_text
 from .gpu import commits
 from .profile import TOP_LINES
 from .check import METRICS
-from .summary import DISPATCH, PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS, TIMED, case_rows
+from .summary import PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS, TIMED, case_rows
 from .validation import BadRecord, read_record, read_table, summary_problem
 
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
@@ -26,10 +26,7 @@ def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
     """summary.csv and kernels.json, each checked and checked against the other (validation): a table
     cut short, from an older pipeline or edited is refused with one line."""
     results_dir = Path(results_dir)
-    summary = read_table(results_dir / "summary.csv", [c for c in SUMMARY_COLUMNS if c not in DISPATCH])
-    for column in DISPATCH:  # taken since the head-to-head was added; an archive from before has none
-        if column not in summary.columns:
-            summary[column] = None
+    summary = read_table(results_dir / "summary.csv", SUMMARY_COLUMNS)
     meta = read_record(results_dir / "kernels.json", "kernels")
     if problem := summary_problem(summary, meta):
         raise BadRecord(f"{results_dir / 'summary.csv'}: {problem}; run summarize on that GPU again")
@@ -412,7 +409,7 @@ def render_hopper(summary, resources, profile, meta, template: Path, report_dir:
     tflops_figure(rows, gpu_name, meta["case"], report_dir / HOPPER_FIGURES["tflops"])
     sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]
     timed = [s["name"] for s in ctx["steps"] if s["tflops"]]
-    best = (meta.get("headline") or timed[-1:] or [None])[0]  # an archive from before `headline`: its last
+    best = (meta.get("headline") or timed[-1:] or [None])[0]  # a config without `headline`: the last timed
     headline = {**({best: "the line's best"} if best else {}), **{n: "the goal's rival" for n in ctx["rivals"].values()}}
     sweep_figure(sweep, ctx["order"], headline, gpu_name, meta["case"], report_dir / HOPPER_FIGURES["sweep"])
     measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])

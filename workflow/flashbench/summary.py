@@ -100,11 +100,6 @@ def _clocks(timing: dict) -> dict:
             "throttle_reasons": " ".join(c["throttle_reasons"]) or None}
 
 
-def _dispatch(timing: dict) -> dict:
-    """The dispatch readings of one timing (a timing from before they were taken has none)."""
-    return {k: timing.get(k) for k in DISPATCH}
-
-
 def builds_run_here(compile_records: list[dict], gpu_arch: str) -> dict:
     """Each kernel's build that runs on `gpu_arch`: the GPU's own arch, or its specific target (sm_90a
     on sm_90); None for a kernel with no build for it."""
@@ -137,13 +132,13 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
                 "spill_bytes": (res["spill_store_bytes"] + res["spill_load_bytes"]) if res else None,
             }
             if is_case and shape["inputs"] == "normal" and bench.get("timed") and checks[name]["passed"]:
-                row.update({k: bench["timing"][k] for k in TIMED}, **_dispatch(bench["timing"]), **_clocks(bench["timing"]))
+                row.update({k: bench["timing"][k] for k in (*TIMED, *DISPATCH)}, **_clocks(bench["timing"]))
             rows.append(row)
         for point in sweeps.get(name, {}).get("points", []):
             rows.append({"kernel": name, "kind": kernel["kind"], "series": "sweep", **{d: point[d] for d in "BHSD"},
                          "inputs": "normal", "is_case": False, "passed": checks[name]["passed"],
                          "reason": point["reason"], "arch": arch,
-                         **({k: point[k] for k in TIMED} | _dispatch(point) | _clocks(point) if point["timed"] else {})})
+                         **({k: point[k] for k in (*TIMED, *DISPATCH)} | _clocks(point) if point["timed"] else {})})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 

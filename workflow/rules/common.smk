@@ -147,6 +147,7 @@ CONTESTANTS = SETTINGS.headline + (SETTINGS.head_to_head["rivals"] if SETTINGS.h
 HEAD_TO_HEAD_SHAPES = {f"S{shape.S}": shape for shape in SETTINGS.headline_shapes()} if SETTINGS.head_to_head else {}
 # Cycle counts: every kernel and peer at the case, the contestants at every point too (ncu found: see NCU)
 CYCLES = PROFILE and SETTINGS.cycles is not None
+CYCLES_NOTE = None if CYCLES else (PROFILE_NOTE or "not asked for (no cycles in config.yaml)")
 
 
 def fail_without_gpu(wildcards):
@@ -209,6 +210,11 @@ def paired_tables(gpu):
     if GPU_MODE and gpu == GPU_SLUG:
         return [t for t, asked in zip(PAIRED_TABLES, (SETTINGS.head_to_head, SETTINGS.cycles)) if asked]
     return [t for t in PAIRED_TABLES if Path(f"results/{gpu}/{t}.csv").exists()]
+
+
+def paired_table_files(w):
+    """results/<gpu>/<table>.csv of each of paired_tables(w.gpu)."""
+    return [f"results/{w.gpu}/{table}.csv" for table in paired_tables(w.gpu)]
 
 
 def absent_tables(w):

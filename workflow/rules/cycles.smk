@@ -57,6 +57,6 @@ elif GPU_MODE:
         log:
             "logs/cycles-skipped.log",
         params:
-            note=PROFILE_NOTE or "not asked for (no cycles in config.yaml)",
+            note=CYCLES_NOTE,
         shell:
             "echo 'cycles: {params.note}' | tee {log}"

@@ -3,25 +3,20 @@
 
 if GPU_MODE and HEAD_TO_HEAD_SHAPES:
 
+    def contestant(name):
+        """A contestant as the head-to-head command takes it: its check record, and a peer's config
+        entry or a kernel's build."""
+        check = {"check": f"results/{GPU_SLUG}/check/{name}.json"}
+        if name in PEERS:
+            return check | {"peer": PEERS[name].as_dict()}
+        return check | {"cubin": build_of(name, "cubin"), "record": build_of(name, "json")}
+
     def contestants(w):
-        """Each contestant's check record, and a kernel's build (the job reruns when one changes)."""
-        files = {f"check_{name}": f"results/{GPU_SLUG}/check/{name}.json" for name in CONTESTANTS}
-        for name in SETTINGS.headline:
-            files |= {f"cubin_{name}": build_of(name, "cubin"), f"record_{name}": build_of(name, "json")}
-        return files
+        """Each contestant's files (the job reruns when one changes)."""
+        return {f"{key}_{name}": path for name in CONTESTANTS for key, path in contestant(name).items() if key != "peer"}
 
     def contestants_json(w):
-        return json.dumps(
-            [
-                {"check": f"results/{GPU_SLUG}/check/{name}.json"}
-                | (
-                    {"peer": PEERS[name].as_dict()}
-                    if name in PEERS
-                    else {"cubin": build_of(name, "cubin"), "record": build_of(name, "json")}
-                )
-                for name in CONTESTANTS
-            ]
-        )
+        return json.dumps([contestant(name) for name in CONTESTANTS])
 
     rule head_to_head_point:
         input:

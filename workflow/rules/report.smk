@@ -43,7 +43,7 @@ if GPU_MODE:
                     "headline": SETTINGS.headline,
                     "head_to_head": SETTINGS.head_to_head,
                     "cycles": SETTINGS.cycles,
-                    "cycles_note": None if CYCLES else (PROFILE_NOTE or "not asked for (no cycles in config.yaml)"),
+                    "cycles_note": CYCLES_NOTE,
                 }
             ),
             expected=Expected.from_settings(SETTINGS).as_json(),
@@ -59,7 +59,7 @@ if GPU_MODE:
 rule render_report:
     input:
         **{table: f"results/{{gpu}}/{table}.csv" for table in REPORT_TABLES},
-        paired=lambda w: [f"results/{w.gpu}/{table}.csv" for table in paired_tables(w.gpu)],
+        paired=paired_table_files,
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
         hopper_template=HOPPER_TEMPLATE,
@@ -98,7 +98,7 @@ rule report_pages:
         reports=expand("reports/{{gpu}}/{name}.md", name=REPORTS),
         figures=report_figures("{gpu}"),
         tables=expand("results/{{gpu}}/{table}.csv", table=REPORT_TABLES),
-        paired=lambda w: [f"results/{w.gpu}/{table}.csv" for table in paired_tables(w.gpu)],
+        paired=paired_table_files,
         code=package_modules("pages", "cli"),
     output:
         **{name: in_report(page, "report", name) for name, page in report_pages("{gpu}", REPORTS).items()},
