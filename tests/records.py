@@ -3,7 +3,7 @@ The numbers are test inputs, not measurements: nothing here is written under res
 import hashlib
 
 from flashbench import attention
-from flashbench.config import Shape
+from flashbench.config import Shape, sweep_steps
 from flashbench.files import read_json, write_json, write_text
 from flashbench.occupancy import blocks_per_sm
 from flashbench.summary import summarize
@@ -159,7 +159,8 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
         bench = ({"kernel": name, "timed": True, "reason": None, **identity, "timing": timing(tflops[name]),
                   "provenance": provenance(name)} if passed else
                  {"kernel": name, "timed": False, "reason": "failed its check: ..."})
-        points = [({**timing(tflops[name] * (S / 1024) ** 0.2, shape={**CASE, "S": S}, counts=SWEEP), "timed": True,
+        points = [({**timing(tflops[name] * (S / 1024) ** 0.2, shape={**CASE, "S": S},
+                            counts={**SWEEP, "steps": sweep_steps(SWEEP["steps"], CASE["S"], S)}), "timed": True,
                     "reason": None}
                    if not k.get("max_seq_len") or S <= k["max_seq_len"] else
                    {**CASE, "S": S, "timed": False, "reason": f"S={S} is above {name}'s max_seq_len"})

@@ -91,12 +91,21 @@ def test_bench_refuses_a_shape_the_kernel_cannot_run_before_any_call():
 def test_sweep_skips_unsupported_lengths_and_shapes_with_no_kernel_and_times_the_rest():
     cuda = FakeCuda()
     shapes = [Shape(1, 64, S, 128) for S in (512, 1024, 2048)]
-    points = timing.sweep(Kernel(cuda, unsupported={1024: "too long"}), shapes, 2, 2, 0, 1, 2, progress=lambda m: None)
+    points = timing.sweep(Kernel(cuda, unsupported={1024: "too long"}), shapes, 8, 1024, 2, 0, 1, 2,
+                          progress=lambda m: None)
     assert [p["timed"] for p in points] == [True, False, True]
+    assert [p.get("steps") for p in points] == [32, None, 2]  # the work of 8 calls at S=1024
     assert points[1]["reason"] == "too long" and "tflops" not in points[1]
     assert points[0]["tflops_graph"] > 0
-    none = timing.sweep(Kernel(cuda, no_kernel=True), shapes[:1], 2, 2, 0, 1, 2, progress=lambda m: None)
+    none = timing.sweep(Kernel(cuda, no_kernel=True), shapes[:1], 2, 1024, 2, 0, 1, 2, progress=lambda m: None)
     assert none == [{**shapes[0].as_dict(), "timed": False, "reason": "no kernel for these inputs"}]
+
+
+def test_the_sweep_times_the_same_work_at_every_length_with_at_least_one_call():
+    from flashbench.config import sweep_steps
+
+    assert [sweep_steps(20, 1024, S) for S in (512, 1024, 2048, 4096, 8192, 16384)] == [80, 20, 5, 1, 1, 1]
+    assert sweep_steps(100, 1024, 3000) == 12  # 100 x (1024/3000)^2 = 11.65, rounded
 
 
 def test_the_clock_window_flags_throttling():

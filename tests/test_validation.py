@@ -155,7 +155,8 @@ def test_timing_refuses_a_check_that_passed_though_a_shape_failed(tmp_path, caps
     paths = records.write(tmp_path, TFLOPS)
     check = path_of(paths, "checks", "v12")
     edit(check, fail_a_shape)
-    for stage, shape in (("bench", ["--shape", json.dumps(records.CASE)]), ("sweep", ["--shapes", f"[{json.dumps(records.CASE)}]"])):
+    for stage, shape in (("bench", ["--shape", json.dumps(records.CASE)]),
+                         ("sweep", ["--shapes", f"[{json.dumps(records.CASE)}]", "--case-s", "1024"])):
         out = tmp_path / f"{stage}.json"
         assert main([stage, "--cubin", "v12.cubin", "--record", "v12.json", "--check", str(check), "--out", str(out),
                      *shape, "--steps", "1", "--repeats", "1", "--warmup", "0", "--graph-replays", "1"]) == 1

@@ -187,7 +187,7 @@ def cmd_sweep(a) -> None:
     from .timing import sweep
 
     def run(kernel, seed, sampler):
-        points = sweep(kernel, a.shapes, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler,
+        points = sweep(kernel, a.shapes, a.steps, a.case_s, a.repeats, a.warmup, seed, a.graph_replays, sampler,
                        progress=_progress)
         print(f"{kernel.name}: timed at {sum(p['timed'] for p in points)} of {len(points)} lengths")
         return {"points": points}
@@ -492,6 +492,8 @@ def parser() -> argparse.ArgumentParser:
                 s.add_argument("--shape", type=_shape, required=True, help="JSON {B, H, S, D}")
             else:
                 s.add_argument("--shapes", type=_shapes, required=True, help="JSON list of {B, H, S, D}")
+                s.add_argument("--case-s", type=_conforming("$defs/shape/properties/S"), required=True,
+                               help="the case's S: --steps is the count there, each length gets as many as do that work")
             for count in ("steps", "repeats", "warmup", "graph_replays"):  # at least 1 (warmup: 0)
                 s.add_argument(f"--{count.replace('_', '-')}", type=_conforming(f"$defs/timing/properties/{count}"),
                                required=True)

@@ -55,6 +55,13 @@ class Peer:
                 "published_tflops": self.published_tflops, "max_seq_len": self.max_seq_len}
 
 
+def sweep_steps(steps_at_case: int, case_s: int, S: int) -> int:
+    """The write-up's method's calls per timing in the sweep at length S: as many as do the work of
+    `steps_at_case` calls at the case's length (a call's work grows as S squared), at least one. At
+    S=16384 one call does the work of 256 at S=1024; 20 of them would time 5 s where 1 times 14 ms."""
+    return max(1, round(steps_at_case * (case_s / S) ** 2))
+
+
 @dataclass(frozen=True)
 class Settings:
     gpu: str | None
@@ -81,6 +88,9 @@ class Settings:
         if not self.sweep:
             return []
         return [Shape(B=self.case.B, H=self.case.H, S=S, D=self.case.D) for S in self.sweep["S"]]
+
+    def sweep_steps(self, S: int) -> int:
+        return sweep_steps(self.sweep["steps"], self.case.S, S)
 
     def headline_shapes(self) -> list[Shape]:
         """Where the head-to-head runs and the headline's cycles are counted: the case, then every swept

@@ -8,6 +8,7 @@ import jinja2
 import pandas as pd
 
 from . import archives, claims, conclusions, hopper, markdown
+from .config import sweep_steps
 from .files import staged, staged_folder, write_text
 from .gpu import commits
 from .profile import TOP_LINES
@@ -312,6 +313,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "baseline": baseline if baseline in timed_case else None,
         "baseline_published": published.get(baseline),
         "longest_checked": int(checked.S.max()) if len(checked) else None,
+        "sweep_steps": ({S: sweep_steps(meta["sweep"]["steps"], meta["case"]["S"], S) for S in meta["sweep"]["S"]}
+                        if meta.get("sweep") else {}),
         "timing": next((k["timing"] for k in kernels if k.get("timing")), None),
         "l2_bytes": l2,
         "input_bytes": inputs,

@@ -7,7 +7,7 @@ import statistics
 import time
 
 from . import FlashbenchError, NoKernelForShape, attention
-from .config import Shape
+from .config import Shape, sweep_steps
 
 
 def elapsed_ms(cp, run) -> float:
@@ -106,12 +106,14 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
     }
 
 
-def sweep(kernel, shapes: list[Shape], steps: int, repeats: int, warmup: int, seed: int, graph_replays: int,
-          sampler=None, progress=print) -> list[dict]:
-    """`bench` at each shape `kernel` supports; a shape it does not support gets its reason instead
-    (a peer's library without a kernel for a length is such a shape too)."""
+def sweep(kernel, shapes: list[Shape], steps_at_case: int, case_s: int, repeats: int, warmup: int, seed: int,
+          graph_replays: int, sampler=None, progress=print) -> list[dict]:
+    """`bench` at each shape `kernel` supports, with as many steps as do the work of `steps_at_case` at
+    the case's length (config.sweep_steps); a shape it does not support gets its reason instead (a
+    peer's library without a kernel for a length is such a shape too)."""
     points = []
     for shape in shapes:
+        steps = sweep_steps(steps_at_case, case_s, shape.S)
         reason = kernel.supports(shape)
         if reason:
             progress(f"sweep {kernel.name}: {shape} skipped, {reason}")

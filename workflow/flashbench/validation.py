@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import FlashbenchError, attention
-from .config import Shape
+from .config import Shape, sweep_steps
 from .files import read_json
 
 Problem = tuple[str, str] | None  # (key, what is wrong with it), or None
@@ -151,7 +151,8 @@ def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
         dims = {**expected.case, "S": p["S"]}
         if _dims(p) != dims:
             return f"points[{i}]", f"at {_shape_text(p)}, but the sweep runs at {_shape_text(dims)}"
-        if p["timed"] and (problem := _timed_as(p, dims, expected.sweep, "the configured sweep")):
+        counts = {**expected.sweep, "steps": sweep_steps(expected.sweep["steps"], expected.case["S"], p["S"])}
+        if p["timed"] and (problem := _timed_as(p, dims, counts, "the configured sweep")):
             return _at(f"points[{i}]", problem)
     return None
 

@@ -5,12 +5,14 @@ if GPU_MODE and SETTINGS.sweep:
     SWEEP_SETTINGS = dict(
         shapes=json.dumps([s.as_dict() for s in SETTINGS.sweep_shapes()]),
         steps=SETTINGS.sweep["steps"],
+        case_s=SETTINGS.case.S,
         repeats=SETTINGS.sweep["repeats"],
         warmup=SETTINGS.sweep["warmup"],
         graph_replays=SETTINGS.sweep["graph_replays"],
     )
     SWEEP_ARGS = (
-        "--check {input.check} --shapes {params.shapes:q} --steps {params.steps} --repeats {params.repeats}"
+        "--check {input.check} --shapes {params.shapes:q} --steps {params.steps} --case-s {params.case_s}"
+        " --repeats {params.repeats}"
         " --warmup {params.warmup} --graph-replays {params.graph_replays} --out {output} 2>&1 | tee {log}"
     )
 
