@@ -97,6 +97,7 @@ def test_each_headline_version_meets_its_predecessor_and_every_rival_by_both_met
     assert row["version_joules_per_call"] == pytest.approx(58e-6 * 650)
     assert row["version_tflops_per_watt"] == pytest.approx(34.36e9 / (58e-6 * 650) / 1e12, rel=1e-3)
     assert row["version_sm_clock_mhz"] == 1890
+    assert row["version_sustained_tflops"] == pytest.approx(34.36e9 / (1.2 / 20000) / 1e12, rel=0.02)
 
 
 def test_a_contestant_left_out_has_no_rows_and_the_table_has_its_columns():

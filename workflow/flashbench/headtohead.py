@@ -45,6 +45,7 @@ COLUMNS = [
     "B", "H", "S", "D", "is_case", "version", "rival", "method", "ratio", "ci_low", "ci_high", "verdict", "rounds",
     "fair", "version_tflops", "rival_tflops", "version_sm_clock_mhz", "rival_sm_clock_mhz",
     "version_joules_per_call", "rival_joules_per_call", "version_tflops_per_watt", "rival_tflops_per_watt",
+    "version_sustained_tflops", "rival_sustained_tflops",
 ]
 
 
@@ -119,6 +120,8 @@ def comparisons(record: dict, headline: list[str], rivals: list[str], confidence
                     energy = energy_per_call(c)
                     row[f"{side}_joules_per_call"] = energy
                     row[f"{side}_tflops_per_watt"] = attention.flops(shape) / energy / 1e12 if energy else None
+                    sustained = sustained_s_per_call(c)
+                    row[f"{side}_sustained_tflops"] = attention.tflops(shape, sustained) if sustained else None
                 rows.append(row)
     return rows
 
@@ -144,6 +147,12 @@ def as_records(record: dict) -> dict:
 def _mostly_dispatch_bound(contestant: dict) -> bool:
     rounds = contestant["rounds"]
     return sum(r["dispatch_bound"] for r in rounds) * 2 > len(rounds)
+
+
+def sustained_s_per_call(contestant: dict) -> float | None:
+    """Seconds per call over the energy windows (graph replays for a second or more, after a lead-in):
+    what the 50 ms timings should agree with, once each starts on its own load's clock."""
+    return _median(w["seconds"] / w["calls"] for w in contestant.get("energy", []))
 
 
 def energy_per_call(contestant: dict) -> float | None:

@@ -28,7 +28,8 @@ def _where(is_case: bool, S: int) -> str:
 
 
 COMPARED = ("ratio", "ci_low", "ci_high", "verdict", "fair", "version_tflops", "rival_tflops",
-            "version_tflops_per_watt", "rival_tflops_per_watt", "version_joules_per_call", "rival_joules_per_call")
+            "version_tflops_per_watt", "rival_tflops_per_watt", "version_joules_per_call", "rival_joules_per_call",
+            "version_sustained_tflops", "rival_sustained_tflops")
 
 
 def _comparison(row) -> dict:
