@@ -108,10 +108,17 @@ def test_a_contestant_left_out_has_no_rows_and_the_table_has_its_columns():
     assert set(table.rival) == {"sdpa_auto"} and len(table) == 2
 
 
-def test_the_order_rotates_each_round():
-    names = ["a", "b", "c"]
-    assert [headtohead.rotated(names, r) for r in range(4)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"],
-                                                                 ["a", "b", "c"]]
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_each_contestant_takes_each_place_and_follows_each_other_equally_often(n):
+    names = [f"c{i}" for i in range(n)]
+    orders = headtohead.balanced_orders(names)
+    assert len(orders) == (n if n % 2 == 0 else 2 * n) and all(sorted(o) == names for o in orders)
+    places = {(name, order.index(name)) for order in orders for name in order}
+    assert all(sum(o.index(name) == place for o in orders) == len(orders) // n for name, place in places)
+    follows = [(o[i], o[i + 1]) for o in orders for i in range(n - 1)]
+    assert {follows.count(pair) for pair in follows} == {len(orders) // n}  # each ordered pair as often
+    assert len(set(follows)) == n * (n - 1)
+    assert headtohead.round_order(names, len(orders)) == orders[0]  # then the design again
 
 
 @pytest.mark.gpu
@@ -212,7 +219,7 @@ class _LoggedEnergy:
 
 
 def test_every_peer_runs_as_it_is_configured_though_the_switches_are_the_processs():
-    # each one made in turn (the last one's switches would hold for all), then timed in rotated rounds
+    # each one made in turn (the last one's switches would hold for all), then timed in rounds
     peers = [SwitchedPeer(name) for name in ("sdpa_cudnn", "sdpa_auto", "sdpa_flash")]
     for peer in peers:
         peer.activate()
@@ -291,7 +298,8 @@ def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_co
     log = " | ".join(LoggedPeer.log)
     turns = [(f"replay {name} | " * lead_in[name] + f"event | replay {name} | event | event | "
               + f"call {name} | " * calls[name] + "event") for name in ("v22", "flash_attn_cute")]
-    rounds = f"{turns[0]} | {turns[1]} | {turns[1]} | {turns[0]}"  # the order rotated in the second round
+    rounds = f"{turns[0]} | {turns[1]} | {turns[1]} | {turns[0]}"  # the second round in the other order
+    assert record["round_orders"] == [["v22", "flash_attn_cute"], ["flash_attn_cute", "v22"]]
     assert rounds in log
     for name, c in record["contestants"].items():  # each clock window is its own timing's: the graph's first
         assert all(r["clocks"]["graph"]["end"] <= r["clocks"]["step"]["start"] for r in c["rounds"])

@@ -7,10 +7,10 @@ process, in rounds:
 
     prepare  each contestant: the same input values, `warmup` untimed calls (a JIT compile happens
              here), as many calls per timing as fill min_timing_ms, their CUDA graph captured once
-    rounds   each contestant in turn, the order rotated each round: a lead-in (its graph replayed,
+    rounds   each contestant in turn, in a balanced order (balanced_orders): a lead-in (its graph replayed,
              untimed, for at least lead_in_ms), then its graph replayed between two events, then its
              calls back to back between two events (the write-up's method)
-    energy   `energy_rounds` rounds, the order rotated: a lead-in, then the graph replayed for at
+    energy   `energy_rounds` rounds, in the same orders: a lead-in, then the graph replayed for at
              least energy_window_s between two readings of NVML's energy counter
 
 The lead-in is there because the power cap's clock remembers what ran just before. A contestant
@@ -223,9 +223,29 @@ class _Contestant:
                 "watts": joules / seconds if joules else None}
 
 
-def rotated(names: list[str], round_index: int) -> list[str]:
-    shift = round_index % len(names)
-    return names[shift:] + names[:shift]
+def balanced_orders(names: list[str]) -> list[list[str]]:
+    """A Williams design: orders in which each contestant takes each place, and comes right after each
+    other contestant, equally often; n orders for an even n, 2n for an odd one (the n and their
+    mirror images). Rotating one order moves each contestant's place but keeps who comes before it,
+    so whatever the one before leaves behind (the clock it left) would fall on the same one each round."""
+    n = len(names)
+    first, low, high = [0], 1, n - 1
+    for place in range(1, n):
+        if place % 2:
+            first.append(low)
+            low += 1
+        else:
+            first.append(high)
+            high -= 1
+    orders = [[(i + shift) % n for i in first] for shift in range(n)]
+    if n % 2:
+        orders += [order[::-1] for order in orders]
+    return [[names[i] for i in order] for order in orders]
+
+
+def round_order(names: list[str], round_index: int) -> list[str]:
+    orders = balanced_orders(names)
+    return orders[round_index % len(orders)]
 
 
 def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energy, progress=print) -> dict:
@@ -251,8 +271,9 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
         raise FlashbenchError(f"no contestant runs at {shape}: "
                               + "; ".join(f"{name}: {reason}" for name, reason in excluded.items()))
     rounds = {name: [] for name in names}
-    for r in range(settings["rounds"]):
-        for name in rotated(names, r):
+    orders = [round_order(names, r) for r in range(settings["rounds"])]
+    for order in orders:
+        for name in order:
             rounds[name].append(contestants[name].time_round())
     windows = sampler.windows([w for name in names for r in rounds[name] for w in r["windows"].values()])
     it = iter(windows)
@@ -262,7 +283,7 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
     energies = {name: [] for name in names}
     if energy is not None:
         for r in range(settings["energy_rounds"]):
-            for name in rotated(names, r):
+            for name in round_order(names, r):
                 graph_s = float(np.median([x["graph_s"] for x in rounds[name]]))
                 energies[name].append(contestants[name].energy_window(energy, settings["energy_window_s"], graph_s))
     for name in names:
@@ -273,6 +294,7 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
     return {
         **shape.as_dict(),
         "order": names,
+        "round_orders": orders,
         "contestants": {name: {"identity": contestants[name].impl.identity, "calls_per_timing": contestants[name].calls,
                                "lead_in_replays": contestants[name].lead_in_replays,
                                "rounds": rounds[name], "energy": energies[name]} for name in names},
