@@ -106,6 +106,7 @@ def test_the_sweep_times_the_same_work_at_every_length_with_at_least_one_call():
 
     assert [sweep_steps(20, 1024, S) for S in (512, 1024, 2048, 4096, 8192, 16384)] == [80, 20, 5, 1, 1, 1]
     assert sweep_steps(100, 1024, 3000) == 12  # 100 x (1024/3000)^2 = 11.65, rounded
+    assert [sweep_steps(n, 1024, 2048) for n in (2, 6, 10)] == [1, 2, 3]  # halves up, not to even
 
 
 def test_the_clock_window_flags_throttling():

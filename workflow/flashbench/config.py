@@ -1,6 +1,7 @@
 """Load and validate config.yaml: the JSON schema first, then what a schema cannot say."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,9 +58,11 @@ class Peer:
 
 def sweep_steps(steps_at_case: int, case_s: int, S: int) -> int:
     """The write-up's method's calls per timing in the sweep at length S: as many as do the work of
-    `steps_at_case` calls at the case's length (a call's work grows as S squared), at least one. At
-    S=16384 one call does the work of 256 at S=1024; 20 of them would time 5 s where 1 times 14 ms."""
-    return max(1, round(steps_at_case * (case_s / S) ** 2))
+    `steps_at_case` calls at the case's length (a call's work grows as S squared), to the nearest
+    call (halves up), at least one; so above the length where one call does that work, a timing is
+    one call and does more. At S=16384 one call does the work of 256 at S=1024: 20 of them would
+    time 5 s where 1 times 14 ms."""
+    return max(1, math.floor(steps_at_case * (case_s / S) ** 2 + 0.5))
 
 
 @dataclass(frozen=True)

@@ -272,6 +272,9 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
                               + "; ".join(f"{name}: {reason}" for name, reason in excluded.items()))
     rounds = {name: [] for name in names}
     orders = [round_order(names, r) for r in range(settings["rounds"])]
+    if settings["rounds"] % (design := len(balanced_orders(names))):
+        progress(f"head-to-head {shape}: {settings['rounds']} rounds are not whole designs of {len(names)} contestants "
+                 f"({design} orders each): not every place and predecessor as often")
     for order in orders:
         for name in order:
             rounds[name].append(contestants[name].time_round())
