@@ -301,6 +301,7 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     # the goal, head to head: v15 against SDPA auto (590 / 560 by graph at every point), the only rival here
     assert re.search(r"\| case \| sdpa_auto \| \*\*1\.0[56]\*\* \| \[1\.0\d, 1\.0\d\] \| ahead \|", text)
     assert re.search(r"\| case \| sdpa_auto \|( [^|]+ \|){6} 1\.05 \|", text)  # its cycles over v15's: 590 / 560
+    assert re.search(r"\| case \| sdpa_auto \|( [^|]+ \|){8} 58\d\.\d / 55\d\.\d \|", text)  # sustained: 1% below
     assert "each timing at least 50 ms and started after 100 ms of the same contestant's graph" in text
     assert "**Goal reached**" in text
     assert "- **sdpa_auto**: ahead at case, S=512, S=2048." in text and "- **v14**: " not in text
