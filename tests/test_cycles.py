@@ -2,6 +2,7 @@
 the median of the launches, and the efficiency per cycle (the issue's own V22 figure at S=8192)."""
 import csv
 import io
+from types import SimpleNamespace
 
 import pytest
 
@@ -118,3 +119,30 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
     assert record["cubin_sha256"] == "a" * 64 and record["sm_count"] == 132 and record["counted"]
     ran_as["identity"] = {"cubin_sha256": "b" * 64}  # not the cubin that passed its check
     assert cli.main(args) == 1
+
+
+def test_each_profiled_launch_has_inputs_of_its_own_made_before_the_profiled_range():
+    log = []
+
+    class Implementation:  # what launch_marked needs of a kernel or peer, and of its cupy
+        cp = SimpleNamespace(
+            RawKernel=lambda source, name: lambda *args: log.append("marker"),
+            random=SimpleNamespace(default_rng=lambda seed: seed),
+            cuda=SimpleNamespace(runtime=SimpleNamespace(deviceSynchronize=lambda: None),
+                                 profiler=SimpleNamespace(start=lambda: log.append("start"),
+                                                          stop=lambda: log.append("stop"))))
+
+        def supports(self, shape):
+            return "longer than it takes" if shape.S > 4096 else None
+
+        def inputs(self, shape, seed):
+            log.append(f"inputs {seed}")
+            return (f"q{seed}", f"k{seed}", f"v{seed}", f"o{seed}")
+
+        def __call__(self, q, k, v, o):
+            log.append(f"call on {q}")
+
+    assert cycles.launch_marked(Implementation(), [CASE, LONG], 3) == [CASE]
+    warm = ["call on q0"] * cycles.WARMUP
+    assert log == ["inputs 0", "inputs 1", "inputs 2", *warm, "start", "marker", "call on q0", "marker", "call on q1",
+                   "marker", "call on q2", "marker", "stop"]
