@@ -32,7 +32,7 @@ def test_two_runs_alike_agree(tmp_path):
     result = agreement.compare(run(tmp_path / "first"), run(tmp_path / "second"), 0.015, 0.01)
     assert result["problems"] == [] and len(result["paired"]) == 2 * 3 * 3 and len(result["cycles"]) > 3
     summary = agreement.summary(result)
-    assert "verdicts: 18 of 18 the same" in summary
+    assert "verdicts: 18 of 18 the same, 0 opposite (ahead in one run, behind in the other)" in summary
     assert summary[1].startswith("1 back-to-back ratios not fair in a run")
 
 
@@ -52,8 +52,10 @@ def test_every_disagreement_is_named_and_an_unfair_ratio_moves_freely(tmp_path):
     problems = result["problems"]
     assert len(problems) == 6, problems
     assert problems[0] == "paired ratio of v15 vs sdpa_auto at S=2048 by graph: only in the first run"
-    assert problems[1] == "v15 vs sdpa_auto at S=512 by step: ahead in the first run, behind in the second"
-    assert problems[2] == "v14 vs sdpa_auto at S=1024 by step: level in the first run, not fair in the second"
+    assert problems[1] == ("v15 vs sdpa_auto at S=512 by step: ahead 1.071 [1.067, 1.076] in the first run, "
+                           "behind 1.071 [1.067, 1.076] in the second (opposite verdicts)")
+    assert problems[2] == ("v14 vs sdpa_auto at S=1024 by step: level 0.985 [0.979, 0.992] in the first run, "
+                           "not fair 0.985 [0.979, 0.992] in the second")
     assert problems[3].startswith("v15 vs sdpa_auto at S=1024 by graph: ratio ") and "moved 2.0%" in problems[3]
     assert problems[4].startswith("cycles of v11 at S=1024: ") and "moved 1.5%" in problems[4]
     assert problems[5] == "cycles of v12 at S=1024: not counted in the second run"

@@ -9,7 +9,9 @@ default) and every cycle count by at most `cycles_within` (1%):
 A back-to-back ratio that is not fair in a run (it timed a side's Python dispatch, not its kernel)
 has "not fair" for its verdict, as the report shows it, and is not held to `ratio_within`: it moves
 with the CPU, which is not what is compared. A ratio fair in one run and not in the other is a
-verdict that differs.
+verdict that differs. Each verdict that differs is named with both runs' ratios and intervals,
+and opposite verdicts (ahead in one run, behind in the other) are counted apart from a verdict that
+moved to the next one (ahead or behind to level), where an interval's end sits at the band's edge.
 """
 from __future__ import annotations
 
@@ -24,9 +26,14 @@ PAIRED_KEYS = [*SHAPE, "version", "rival", "method"]
 CYCLE_KEYS = ["kernel", *SHAPE]
 
 
-def _side_by_side(first: pd.DataFrame, second: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
-    """Rows of both tables matched on `keys`, `value` and `shown` of each, and how far `value` moved."""
-    columns = [*keys, value, "shown"]
+OPPOSITE = {"ahead", "behind"}
+
+
+def _side_by_side(first: pd.DataFrame, second: pd.DataFrame, keys: list[str], value: str,
+                  extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Rows of both tables matched on `keys`, `value`, `extra` and `shown` of each, and how far `value`
+    moved."""
+    columns = [*keys, value, *extra, "shown"]
     both = first[columns].merge(second[columns], on=keys, how="outer", suffixes=("_first", "_second"),
                                 indicator="found")
     both["moved"] = (both[f"{value}_second"] / both[f"{value}_first"] - 1).abs()
@@ -41,10 +48,11 @@ def compare(first_dir: Path, second_dir: Path, ratio_within: float, cycles_withi
     """The two runs' head-to-head and cycles side by side, and each way in which they disagree."""
     paired, counted = [], []
     for folder in (first_dir, second_dir):
-        table = _read(folder, "head_to_head", PAIRED_KEYS, ["ratio", "verdict", "fair"])
+        table = _read(folder, "head_to_head", PAIRED_KEYS, ["ratio", "ci_low", "ci_high", "verdict", "fair"])
         paired.append(table.assign(shown=table.verdict.where(table.fair.astype(bool), "not fair")))
         counted.append(_read(folder, "cycles", CYCLE_KEYS, ["cycles"]).assign(shown=""))
-    paired, counted = _side_by_side(*paired, PAIRED_KEYS, "ratio"), _side_by_side(*counted, CYCLE_KEYS, "cycles")
+    paired = _side_by_side(*paired, PAIRED_KEYS, "ratio", ("ci_low", "ci_high"))
+    counted = _side_by_side(*counted, CYCLE_KEYS, "cycles")
     problems = []
     for what, table, keys in (("paired ratio", paired, PAIRED_KEYS), ("cycle count", counted, CYCLE_KEYS)):
         for row in table[table.found != "both"].itertuples():
@@ -59,7 +67,9 @@ def compare(first_dir: Path, second_dir: Path, ratio_within: float, cycles_withi
     for row in paired.itertuples():
         name = _name(row, PAIRED_KEYS)
         if row.shown_first != row.shown_second:
-            problems.append(f"{name}: {row.shown_first} in the first run, {row.shown_second} in the second")
+            opposite = " (opposite verdicts)" if {row.shown_first, row.shown_second} == OPPOSITE else ""
+            problems.append(f"{name}: {row.shown_first} {_estimate(row, 'first')} in the first run, "
+                            f"{row.shown_second} {_estimate(row, 'second')} in the second{opposite}")
         if row.judged and pd.isna(row.moved):
             problems.append(f"{name}: no ratio in {_which(row.ratio_first, row.ratio_second)}")
         elif row.judged and row.moved > ratio_within:
@@ -74,6 +84,12 @@ def compare(first_dir: Path, second_dir: Path, ratio_within: float, cycles_withi
                             f"moved {row.moved:.1%} (more than {cycles_within:.1%})")
     return {"paired": paired, "cycles": counted, "problems": problems,
             "ratio_within": ratio_within, "cycles_within": cycles_within}
+
+
+def _estimate(row, run: str) -> str:
+    """A run's ratio and interval, as `1.037 [1.015, 1.044]`."""
+    ratio, low, high = (getattr(row, f"{c}_{run}") for c in ("ratio", "ci_low", "ci_high"))
+    return f"{ratio:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def _which(first, second) -> str:
@@ -101,7 +117,9 @@ def summary(result: dict) -> list[str]:
         lines.append(f"{len(unfair)} back-to-back ratios not fair in a run (Python's dispatch), not held to it: "
                      f"largest move {unfair.moved.max():.1%}")
     same = (paired.shown_first == paired.shown_second).sum()
-    lines.append(f"verdicts: {same} of {len(paired)} the same")
+    opposite = sum({a, b} == OPPOSITE for a, b in zip(paired.shown_first, paired.shown_second))
+    lines.append(f"verdicts: {same} of {len(paired)} the same, {opposite} opposite (ahead in one run, behind in "
+                 "the other)")
     counts = counted.dropna(subset=["moved"])
     if len(counts):
         worst = counts.loc[counts.moved.idxmax()]
