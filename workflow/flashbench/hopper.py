@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .headtohead import DISPATCH_HEADROOM
 from .summary import case_rows
 
 LINE = "hopper"
@@ -72,7 +71,6 @@ def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | N
             "behind": behind, "complete": complete, "reached": complete and not behind,
             "stretch": complete and min(p["graph"]["ci_low"] for p in in_goal) >= STRETCH,
             **{key: settings.get(key) for key in ("level_within", "rounds", "confidence")},
-            "dispatch_headroom": DISPATCH_HEADROOM,
             "predecessors": [{"where": _where(r.is_case, r.S), "rival": r.rival, "method": r.method, **_comparison(r)}
                              for r in mine[mine.rival.isin(headline[1:])].itertuples()]}
 
