@@ -39,7 +39,9 @@ def test_two_runs_alike_agree(tmp_path):
 def test_every_disagreement_is_named_and_an_unfair_ratio_moves_freely(tmp_path):
     def change(h2h, cyc):
         h2h.loc[where(h2h), "ratio"] *= 1.02  # moved 2%
-        h2h.loc[where(h2h, method="step", S=512), "verdict"] = "behind"  # flipped
+        flipped = where(h2h, method="step", S=512)
+        h2h.loc[flipped, ["ratio", "ci_low", "ci_high"]] *= 0.99  # within 1.5%, and each run's figures apart
+        h2h.loc[flipped, "verdict"] = "behind"
         unfair = where(h2h, version="v14", method="step", S=2048)  # not fair in either run: free to move
         h2h.loc[unfair, "ratio"] *= 1.10
         h2h.loc[unfair, "verdict"] = "behind"
@@ -53,12 +55,13 @@ def test_every_disagreement_is_named_and_an_unfair_ratio_moves_freely(tmp_path):
     assert len(problems) == 6, problems
     assert problems[0] == "paired ratio of v15 vs sdpa_auto at S=2048 by graph: only in the first run"
     assert problems[1] == ("v15 vs sdpa_auto at S=512 by step: ahead 1.071 [1.067, 1.076] in the first run, "
-                           "behind 1.071 [1.067, 1.076] in the second (opposite verdicts)")
+                           "behind 1.061 [1.056, 1.065] in the second (opposite verdicts)")
     assert problems[2] == ("v14 vs sdpa_auto at S=1024 by step: level 0.985 [0.979, 0.992] in the first run, "
                            "not fair 0.985 [0.979, 0.992] in the second")
     assert problems[3].startswith("v15 vs sdpa_auto at S=1024 by graph: ratio ") and "moved 2.0%" in problems[3]
     assert problems[4].startswith("cycles of v11 at S=1024: ") and "moved 1.5%" in problems[4]
     assert problems[5] == "cycles of v12 at S=1024: not counted in the second run"
+    assert "verdicts: 15 of 17 the same, 1 opposite (ahead in one run, behind in the other)" in agreement.summary(result)
 
 
 def test_the_command_fails_in_one_line_where_they_do_not_agree_or_a_table_is_missing(tmp_path, capsys):

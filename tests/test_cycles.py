@@ -1,5 +1,6 @@
 """Cycle counts from ncu's raw page: kernels split into calls at the markers, a call's kernels summed,
-the median of the launches, and the efficiency per cycle (the issue's own V22 figure at S=8192)."""
+the median of the launches, each on inputs of its own, and the efficiency per cycle (V22's figure at
+S=8192 as first measured)."""
 import csv
 import io
 from types import SimpleNamespace

@@ -9,9 +9,10 @@ default) and every cycle count by at most `cycles_within` (1%):
 A back-to-back ratio that is not fair in a run (it timed a side's Python dispatch, not its kernel)
 has "not fair" for its verdict, as the report shows it, and is not held to `ratio_within`: it moves
 with the CPU, which is not what is compared. A ratio fair in one run and not in the other is a
-verdict that differs. Each verdict that differs is named with both runs' ratios and intervals,
-and opposite verdicts (ahead in one run, behind in the other) are counted apart from a verdict that
-moved to the next one (ahead or behind to level), where an interval's end sits at the band's edge.
+verdict that differs. Each verdict that differs is named with both runs' ratios and intervals;
+opposite verdicts (ahead in one run, behind in the other) are counted apart from the rest: a
+verdict that moved to the next one (ahead or behind to level), where an interval's end sits at the
+band's edge, and a ratio fair in one run only.
 """
 from __future__ import annotations
 

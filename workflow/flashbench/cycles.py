@@ -55,11 +55,11 @@ def driver_command(target: list[str], shapes: list[Shape], launches: int) -> lis
 def launch_marked(impl, shapes: list[Shape], launches: int) -> list[Shape]:
     """What ncu profiles: per shape, WARMUP unprofiled calls, then `launches` calls each after a
     marker kernel, and a marker after the last, inside the profiler's range. Each launch has inputs
-    of its own, all allocated before the first. v22's count at S=2048 differed by 1.6% between two
-    runs while each run's three launches on one set of inputs agreed within 0.4%: an offset per
-    process, of which where the tensors lie in memory is the likeliest part, so the median is taken
-    over several placements rather than one. A shape the implementation does not take (a peer above
-    its max_seq_len) is passed over; returns those run."""
+    of its own (other values, other memory), all allocated before the first. v22's count at S=2048
+    differed by 1.6% between two runs while each run's three launches on one set of inputs agreed
+    within 0.4%: an offset per process, perhaps where the tensors lie in memory, so the median is
+    taken over several sets of inputs rather than one. A shape the implementation does not take (a
+    peer above its max_seq_len) is passed over; returns those run."""
     cp = impl.cp
     marker = cp.RawKernel(MARKER_SOURCE, MARKER)
     ran = []
