@@ -25,8 +25,6 @@ from .validation import read_table
 SHAPE = ["B", "H", "S", "D"]
 PAIRED_KEYS = [*SHAPE, "version", "rival", "method"]
 CYCLE_KEYS = ["kernel", *SHAPE]
-
-
 OPPOSITE = {"ahead", "behind"}
 
 
@@ -65,12 +63,13 @@ def compare(first_dir: Path, second_dir: Path, ratio_within: float, cycles_withi
         if table.empty:
             problems.append(f"no {what} in both runs: nothing to compare")
     paired["judged"] = paired.shown_first.ne("not fair") & paired.shown_second.ne("not fair")
+    paired["opposite"] = [{a, b} == OPPOSITE for a, b in zip(paired.shown_first, paired.shown_second)]
     for row in paired.itertuples():
         name = _name(row, PAIRED_KEYS)
         if row.shown_first != row.shown_second:
-            opposite = " (opposite verdicts)" if {row.shown_first, row.shown_second} == OPPOSITE else ""
             problems.append(f"{name}: {row.shown_first} {_estimate(row, 'first')} in the first run, "
-                            f"{row.shown_second} {_estimate(row, 'second')} in the second{opposite}")
+                            f"{row.shown_second} {_estimate(row, 'second')} in the second"
+                            + (" (opposite verdicts)" if row.opposite else ""))
         if row.judged and pd.isna(row.moved):
             problems.append(f"{name}: no ratio in {_which(row.ratio_first, row.ratio_second)}")
         elif row.judged and row.moved > ratio_within:
@@ -118,8 +117,7 @@ def summary(result: dict) -> list[str]:
         lines.append(f"{len(unfair)} back-to-back ratios not fair in a run (Python's dispatch), not held to it: "
                      f"largest move {unfair.moved.max():.1%}")
     same = (paired.shown_first == paired.shown_second).sum()
-    opposite = sum({a, b} == OPPOSITE for a, b in zip(paired.shown_first, paired.shown_second))
-    lines.append(f"verdicts: {same} of {len(paired)} the same, {opposite} opposite (ahead in one run, behind in "
+    lines.append(f"verdicts: {same} of {len(paired)} the same, {paired.opposite.sum()} opposite (ahead in one run, behind in "
                  "the other)")
     counts = counted.dropna(subset=["moved"])
     if len(counts):

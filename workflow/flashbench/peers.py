@@ -23,6 +23,10 @@ FLASH_ATTN_CUTE_PATHS = {8: "sm80 (Ampere)", 9: "sm90 (Hopper)", 10: "sm100 (Bla
                          12: "sm120 (Blackwell GeForce)"}
 
 
+# What a peer's identity may hold (TorchPeer.identity, FlashAttnCutePeer.identity), as its check records it
+IDENTITY_KEYS = ("torch", "cudnn", "flash_attn", "cutlass_dsl", "path", "backend")
+
+
 class PeerUnavailable(FlashbenchError):
     """The peer cannot run here at all (no torch, no FlashAttention, no kernel for this GPU): skipped."""
 

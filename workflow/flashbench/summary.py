@@ -16,6 +16,7 @@ import pandas as pd
 
 from . import FlashbenchError
 from .compile import runnable_build
+from .peers import IDENTITY_KEYS
 from .profile import METRICS, STALLS
 from .validation import Expected, read_record
 
@@ -221,8 +222,7 @@ def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile
         "kernels": [{**k, "choices": choices_of.get(k["name"]),
                      "check_passed": checks[k["name"]]["passed"], "check_reason": checks[k["name"]]["reason"],
                      "skipped": checks[k["name"]].get("skipped"),
-                     "identity": {f: checks[k["name"]][f] for f in ("torch", "cudnn", "flash_attn", "cutlass_dsl",
-                                                                      "path", "backend") if f in checks[k["name"]]},
+                     "identity": {f: checks[k["name"]][f] for f in IDENTITY_KEYS if f in checks[k["name"]]},
                      "timed": checks[k["name"]]["passed"] and benches.get(k["name"], {}).get("timed", False),
                      "not_timed_reason": benches.get(k["name"], {}).get("reason"),
                      "timing": benches.get(k["name"], {}).get("timing"),
