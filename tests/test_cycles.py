@@ -57,6 +57,17 @@ def test_shapes_follow_in_order_and_a_wrong_count_is_refused():
         cycles.calls(cycles.parse_kernels(raw_page([("k", 1, 1), (M, 1, 1)])))
 
 
+def test_a_launch_that_runs_other_kernels_than_the_first_is_refused():
+    """FlashAttention's inputs were once copied to its layout inside the profiled range on five of
+    seven launches: three copy kernels counted with its attention kernel, twice its cycles."""
+    page = raw_page([(M, 1, 1), ("attention", 109600, 64000), (M, 1, 1), ("copy", 44000, 22000), ("copy", 44000, 22000),
+                     ("copy", 44000, 22000), ("attention", 109700, 64000), (M, 1, 1), ("attention", 109800, 64000),
+                     (M, 1, 1)])
+    with pytest.raises(FlashbenchError, match=r"launch 2 of 3 ran 4 kernels \(copy, copy, copy, attention\), "
+                                              r"launch 1 1 kernels \(attention\)"):
+        cycles.points(cycles.parse_kernels(page), [CASE], 3)
+
+
 def test_a_page_without_the_metrics_or_in_an_unknown_unit_is_refused():
     with pytest.raises(FlashbenchError, match="no kernel table"):
         cycles.parse_kernels("==PROF== nothing profiled\n")

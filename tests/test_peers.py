@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -50,6 +51,31 @@ def test_flashattention_is_skipped_with_its_reason_where_its_package_is_missing(
     for peer in (flash_attn_cute, sdpa):
         with pytest.raises(peers.PeerUnavailable, match="torch is not installed"):
             peers.require(peer)
+
+
+def test_a_peer_keeps_the_tensors_of_every_input_set_at_one_shape(monkeypatch):
+    """The cycle counts make seven sets of inputs at a shape before they profile; FlashAttention's
+    copy to its layout must be made for each set then, not again inside the profiled range."""
+    made = []
+
+    class Array:  # what the cache needs of a CuPy array: its device pointer
+        def __init__(self):
+            self.data = SimpleNamespace(ptr=len(made) + 1)
+            made.append(self)
+
+    monkeypatch.setattr(peers.attention, "random_inputs", lambda cp, shape, rng, kind: tuple(Array() for _ in range(4)))
+    peer = object.__new__(peers.FlashAttnCutePeer)  # no torch here: only what inputs() and the cache use
+    peer.cp, peer._tensors, peer._tensors_shape = None, {}, None
+    peer.torch = SimpleNamespace(from_dlpack=lambda array: array)
+    copies = []
+    monkeypatch.setattr(peer, "_as_input", lambda tensor: copies.append(tensor) or f"copy of {tensor.data.ptr}")
+    case, long = Shape(1, 64, 1024, 128), Shape(1, 64, 2048, 128)
+    sets = [peer.inputs(case, rng=None) for _ in range(3)]
+    assert len(copies) == 9  # q, k and v of each set, made with the set
+    assert [peer._tensor(q) for q, *_ in sets] == ["copy of 1", "copy of 5", "copy of 9"] and len(copies) == 9
+    peer.inputs(long, rng=None)  # another shape drops the last shape's sets
+    peer._tensor(sets[0][0])
+    assert len(copies) == 13
 
 
 @pytest.mark.gpu

@@ -55,11 +55,11 @@ def driver_command(target: list[str], shapes: list[Shape], launches: int) -> lis
 def launch_marked(impl, shapes: list[Shape], launches: int) -> list[Shape]:
     """What ncu profiles: per shape, WARMUP unprofiled calls, then `launches` calls each after a
     marker kernel, and a marker after the last, inside the profiler's range. Each launch has inputs
-    of its own (other values, other memory), all allocated before the first. v22's count at S=2048
-    differed by 1.6% between two runs while each run's three launches on one set of inputs agreed
-    within 0.4%: an offset per process, perhaps where the tensors lie in memory, so the median is
-    taken over several sets of inputs rather than one. A shape the implementation does not take (a
-    peer above its max_seq_len) is passed over; returns those run."""
+    of its own (other values, other memory), all made before the first, with whatever a peer makes
+    of them (FlashAttention's copies in its layout): a launch is the call alone. On one set of
+    inputs a kernel's launches at S <= 1024 spread 2.5% and a median of three moved 1.3-1.9%
+    between runs; v22's median over seven sets, 0.05-0.13%. A shape the implementation does not
+    take (a peer above its max_seq_len) is passed over; returns those run."""
     cp = impl.cp
     marker = cp.RawKernel(MARKER_SOURCE, MARKER)
     ran = []
@@ -142,10 +142,19 @@ def points(kernels: list[dict], shapes: list[Shape], launches: int) -> list[dict
     out = []
     for i, shape in enumerate(shapes):
         mine = [call_totals(c) for c in split[i * launches:(i + 1) * launches]]
+        for n, launch in enumerate(mine[1:], start=2):
+            if launch["kernels"] != mine[0]["kernels"]:
+                raise FlashbenchError(
+                    f"at {shape} launch {n} of {launches} ran {_kernel_names(launch)}, launch 1 {_kernel_names(mine[0])}: "
+                    "each launch must be the same call (was an input prepared inside the profiled range?)")
         out.append({**shape.as_dict(), "launches": mine,
                     **{key: statistics.median(c[key] for c in mine)
                        for key in ("cycles", "duration_us", "tensor_pipe_pct", "sm_clock_mhz")}})
     return out
+
+
+def _kernel_names(launch: dict) -> str:
+    return f"{len(launch['kernels'])} kernels ({', '.join(name[:60] for name in launch['kernels'])})"
 
 
 def efficiency_per_cycle(shape: Shape, cycles: float, sm_count: int) -> float:

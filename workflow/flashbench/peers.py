@@ -78,7 +78,9 @@ class _TorchBacked:
         self.cp, self.torch, self.peer, self.name = cp, torch, peer, peer.name
         if torch.cuda.current_stream().cuda_stream != cp.cuda.get_current_stream().ptr:
             raise FlashbenchError("torch and CuPy are on different CUDA streams: the events would not time torch")
-        self._tensors = {}  # CuPy array pointer -> the torch tensor the peer is given for it
+        # CuPy array pointer -> (the array, the torch tensor the peer is given for it). The array is
+        # held so that its memory, and so its pointer, cannot pass to another array while cached.
+        self._tensors, self._tensors_shape = {}, None
 
     def activate(self) -> None:
         """Make torch dispatch this peer's calls as configured (a process holding several peers calls it
@@ -90,18 +92,23 @@ class _TorchBacked:
         return None
 
     def inputs(self, shape: Shape, rng, kind: str = "normal") -> tuple:
-        """CuPy [B, H, S, D] inputs, and the tensors the library is given for them, made now."""
-        self._tensors.clear()
+        """CuPy [B, H, S, D] inputs, and the tensors the library is given for them, made now. Every set
+        made at one shape keeps its tensors (the cycle counts launch on several sets, and a call whose
+        tensors were dropped would copy its inputs again inside what is measured); a set at another
+        shape drops those of the last."""
+        if shape != self._tensors_shape:
+            self._tensors.clear()
+            self._tensors_shape = shape
         q, k, v, o = attention.random_inputs(self.cp, shape, rng, kind)
         for array in (q, k, v):
             self._tensor(array)
         return q, k, v, o
 
     def _tensor(self, array):
-        t = self._tensors.get(array.data.ptr)
-        if t is None:
-            t = self._tensors[array.data.ptr] = self._as_input(self.torch.from_dlpack(array))
-        return t
+        held = self._tensors.get(array.data.ptr)
+        if held is None:
+            held = self._tensors[array.data.ptr] = (array, self._as_input(self.torch.from_dlpack(array)))
+        return held[1]
 
     def _as_input(self, tensor):
         """The tensor the library takes for a [B, H, S, D] input (the same memory, for torch's own)."""
