@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -21,8 +22,13 @@ from .files import read_json, sha256, staged_folder, write_json, write_text
 from .validation import Expected, read_record
 
 
+_STARTED = time.monotonic()
+
+
 def _progress(message: str) -> None:
-    print(message, flush=True)
+    """A long step's progress line, with the seconds since the command started (where a GPU job's
+    time goes: imports, a library's compile, the measurement itself)."""
+    print(f"[{time.monotonic() - _STARTED:6.1f} s] {message}", flush=True)
 
 
 def cmd_compile(a) -> None:

@@ -275,6 +275,7 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
     if settings["rounds"] % (design := len(balanced_orders(names))):
         progress(f"head-to-head {shape}: {settings['rounds']} rounds are not whole designs of {len(names)} contestants "
                  f"({design} orders each): not every place and predecessor as often")
+    progress(f"head-to-head {shape}: {settings['rounds']} rounds of {len(names)} contestants")
     for order in orders:
         for name in order:
             rounds[name].append(contestants[name].time_round())
@@ -285,6 +286,8 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
             r["clocks"] = {method: next(it) for method in r.pop("windows")}
     energies = {name: [] for name in names}
     if energy is not None:
+        progress(f"head-to-head {shape}: energy, {settings['energy_rounds']} round(s) of "
+                 f"{settings['energy_window_s']} s windows")
         for r in range(settings["energy_rounds"]):
             for name in round_order(names, r):
                 graph_s = float(np.median([x["graph_s"] for x in rounds[name]]))
