@@ -145,8 +145,9 @@ def points(kernels: list[dict], shapes: list[Shape], launches: int) -> list[dict
         for n, launch in enumerate(mine[1:], start=2):
             if launch["kernels"] != mine[0]["kernels"]:
                 raise FlashbenchError(
-                    f"at {shape} launch {n} of {launches} ran {_kernel_names(launch)}, launch 1 {_kernel_names(mine[0])}: "
-                    "each launch must be the same call (was an input prepared inside the profiled range?)")
+                    f"at {shape} launch {n} of {launches} ran {_kernel_names(launch)}, "
+                    f"launch 1 {_kernel_names(mine[0])}: each launch must be the same call "
+                    "(was an input prepared inside the profiled range?)")
         out.append({**shape.as_dict(), "launches": mine,
                     **{key: statistics.median(c[key] for c in mine)
                        for key in ("cycles", "duration_us", "tensor_pipe_pct", "sm_clock_mhz")}})
