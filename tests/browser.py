@@ -86,13 +86,6 @@ class Browser:
         """An execution context in `frame_id` (its own world: the frame's page is left as it is)."""
         return self.send("Page.createIsolatedWorld", {"frameId": frame_id}, session=self.session)["executionContextId"]
 
-    def screenshot(self, path) -> None:
-        import base64
-
-        data = self.send("Page.captureScreenshot", {"format": "png"}, session=self.session)["data"]
-        with open(path, "wb") as f:
-            f.write(base64.b64decode(data))
-
     def close(self) -> None:
         self._proc.kill()
         self._proc.wait()

@@ -77,6 +77,20 @@ def _snakemake_cli():
     return snakemake.cli
 
 
+def with_stub(tmp_path: Path, name: str, script: str) -> dict:
+    """An environment whose PATH finds `name` first: a shell stub running `script`."""
+    stub = tmp_path / f"{name}-stub" / name
+    stub.parent.mkdir()
+    stub.write_text(f"#!/bin/sh\n{script}\n")
+    stub.chmod(0o755)
+    return {**os.environ, "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def a_gpu_here(tmp_path: Path, line: str = "NVIDIA H200, 9.0, 00000000:19:00.0") -> dict:
+    """An environment whose nvidia-smi (a stub) reports one GPU."""
+    return with_stub(tmp_path, "nvidia-smi", f"echo '{line}'")
+
+
 def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
     """`python -m snakemake --nolock ARGS` in `cwd`: Snakemake's own command line, run in a fork of
     this process, which has imported Snakemake once for the session (_snakemake_cli). The fork's

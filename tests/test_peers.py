@@ -1,7 +1,6 @@
 """PyTorch peers: skipped with a clear record where torch is missing; on a GPU with torch, checked."""
 import importlib.util
 import json
-import os
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +10,7 @@ from flashbench.check import Gate, check_kernel
 from flashbench.cli import main
 from flashbench.config import Shape
 
-from conftest import ROOT
+from conftest import ROOT, a_gpu_here
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -19,11 +18,7 @@ HAVE_TORCH = importlib.util.find_spec("torch") is not None
 @pytest.mark.skipif(HAVE_TORCH, reason="torch is installed here")
 def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, monkeypatch):
     """On a GPU (a stub nvidia-smi: the peer asks for it first) without torch."""
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text("#!/bin/sh\necho 'NVIDIA H200, 9.0'\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", a_gpu_here(tmp_path)["PATH"])
     peer = json.dumps(settings.peers[0].as_dict())
     shape = json.dumps(settings.case.as_dict())
     name = settings.peers[0].name  # each record is filed under its kernel's or peer's name

@@ -13,7 +13,7 @@ import pytest
 from flashbench import gpu
 
 from browser import CHROMIUM, Browser
-from conftest import ROOT, copy_checkout, snakemake, with_build
+from conftest import ROOT, a_gpu_here, copy_checkout, snakemake, with_build, with_stub
 
 pytestmark = pytest.mark.usefixtures("needs_nvcc")
 
@@ -33,11 +33,7 @@ def built_checkout(checkout, built):
 @pytest.fixture
 def with_ncu(tmp_path):
     """An environment where an `ncu` is found on PATH (a stub: dry runs never call it)."""
-    stub = tmp_path / "bin" / "ncu"
-    stub.parent.mkdir()
-    stub.write_text("#!/bin/sh\nexit 0\n")
-    stub.chmod(0o755)
-    return {**os.environ, "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
+    return with_stub(tmp_path, "ncu", "exit 0")
 
 
 PROFILING_HERE = shutil.which("ncu") is not None
@@ -75,15 +71,6 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
         assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
     assert "results/nvidia-h200/cycles/flash_attn_cute.json" in proc.stdout
     assert "results/nvidia-h200/head_to_head.csv" in proc.stdout and "results/nvidia-h200/cycles.csv" in proc.stdout
-
-
-def a_gpu_here(tmp_path, line="NVIDIA H200, 9.0, 00000000:19:00.0"):
-    """An environment whose nvidia-smi (a stub) reports one GPU."""
-    stub = tmp_path / "smi" / "nvidia-smi"
-    stub.parent.mkdir()
-    stub.write_text(f"#!/bin/sh\necho '{line}'\n")
-    stub.chmod(0o755)
-    return {**os.environ, "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
 
 
 def test_a_configured_gpu_that_is_not_the_one_here_is_an_error_before_any_job(checkout, tmp_path):

@@ -242,7 +242,6 @@ def cmd_head_to_head(a) -> None:
 
     from . import gpu
     from .clocks import ClockSampler, EnergyCounter
-    from .config import Peer
     from .headtohead import measure
 
     shape, entries = a.shape, a.contestants
@@ -258,7 +257,7 @@ def cmd_head_to_head(a) -> None:
 
         impls = []
         for entry, check in admitted:
-            peer = Peer(**entry["peer"]) if "peer" in entry else None
+            peer = _peer_of(entry["peer"]) if "peer" in entry else None
             impl = _implementation(peer, entry.get("cubin"), entry.get("record"))
             _same_as_checked(impl.name, impl.identity, check)
             impls.append(impl)
@@ -446,17 +445,26 @@ def _inputs(text: str) -> list[str]:
     return _schema_says(text.split(","), "properties/check/properties/inputs")
 
 
-def _peer(text: str):
-    """A peer's config entry with its name (config.Peer.as_dict), as the rules pass it."""
+def _peer_of(entry: dict):
+    """A config.Peer from its config entry with its name (config.Peer.as_dict), as the rules pass it;
+    ConfigError where the config schema would not take it."""
     from .config import Peer
 
-    entry = _json_of(dict)(text)
+    entry = dict(entry)
     name = entry.pop("name", None)
     if not isinstance(name, str):
-        raise argparse.ArgumentTypeError(f"no name: {text!r}")
-    _schema_says(name, "properties/peers/propertyNames")
+        raise ConfigError(f"a peer's entry has no name: {entry}")
+    conform(name, "properties/peers/propertyNames", "")
     spec = {key: value for key, value in entry.items() if value is not None}  # as_dict's unset keys
-    return Peer(name=name, **_schema_says(spec, "$defs/peer"))
+    return Peer(name=name, **conform(spec, "$defs/peer", ""))
+
+
+def _peer(text: str):
+    """An argument type: a peer's config entry with its name, as JSON."""
+    try:
+        return _peer_of(_json_of(dict)(text))
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def parser() -> argparse.ArgumentParser:

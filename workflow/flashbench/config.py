@@ -92,9 +92,6 @@ class Settings:
             return []
         return [Shape(B=self.case.B, H=self.case.H, S=S, D=self.case.D) for S in self.sweep["S"]]
 
-    def sweep_steps(self, S: int) -> int:
-        return sweep_steps(self.sweep["steps"], self.case.S, S)
-
     def headline_shapes(self) -> list[Shape]:
         """Where the head-to-head runs and the headline's cycles are counted: the case, then every swept
         length other than the case's."""

@@ -37,6 +37,19 @@ def _comparison(row) -> dict:
     return {key: None if pd.isna(value) else value for key, value in row._asdict().items() if key in COMPARED}
 
 
+def cycles_over(cycles: pd.DataFrame, version: str) -> pd.DataFrame | None:
+    """Each kernel's cycle count over `version`'s, at each S (kernel x S; NaN where either was not
+    counted there), or None where `version` was not counted at all."""
+    by_s = cycles.pivot_table(index="kernel", columns="S", values="cycles")
+    return by_s.div(by_s.loc[version], axis=1) if version in by_s.index else None
+
+
+def _cell(frame: pd.DataFrame | None, row, column) -> float | None:
+    if frame is None or row not in frame.index or column not in frame.columns or pd.isna(frame.at[row, column]):
+        return None
+    return float(frame.at[row, column])
+
+
 def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | None = None) -> dict | None:
     """The goal from the head-to-head: per rival and point, the best headline version's paired ratio,
     interval and verdict by CUDA graph and back to back, and beside them the rival's cycles over the
@@ -49,25 +62,22 @@ def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | N
     goal_rivals = [k["name"] for k in meta["kernels"] if k["kind"] == "peer" and k.get("backend") in RIVALS]
     mine = table[table.version == best]
     against = mine[~mine.rival.isin(headline)]  # its predecessors: a table of their own
-    counted = cycles.set_index(["kernel", "S"]).cycles.to_dict() if cycles is not None else {}
+    over = cycles_over(cycles, best) if cycles is not None else None
     points = []  # in the table's order: the case first, then by S
     for (is_case, S, rival), pair in against.groupby(["is_case", "S", "rival"], sort=False):
-        mine_counted, theirs_counted = counted.get((best, S)), counted.get((rival, S))
         points.append({"where": _where(is_case, S), "S": int(S), "is_case": bool(is_case), "rival": rival,
                        "in_goal": rival in goal_rivals and (is_case or S >= GOAL_MIN_S),
-                       "cycles_ratio": theirs_counted / mine_counted if mine_counted and theirs_counted else None,
-                       **{r.method: _comparison(r) for r in pair.itertuples()}})
+                       "cycles_ratio": _cell(over, rival, S), **{r.method: _comparison(r) for r in pair.itertuples()}})
     in_goal = [p for p in points if p["in_goal"]]
     goal_wheres = {p["where"] for p in points if p["is_case"] or p["S"] >= GOAL_MIN_S}
     complete = bool(in_goal) and {(p["where"], p["rival"]) for p in in_goal} == {
         (w, r) for w in goal_wheres for r in goal_rivals}
     behind = [f"{p['rival']} at {p['where']} ({m})" for p in in_goal for m in ("graph", "step")
               if p[m]["fair"] and p[m]["verdict"] == "behind"]
-    rivals = list(dict.fromkeys(against.rival))
-    by_rival = {rival: {} for rival in rivals}
+    by_rival = {}  # each rival, as the points first name it: its points by verdict
     for p in points:
-        by_rival[p["rival"]].setdefault(p["graph"]["verdict"], []).append(p["where"])
-    return {"best": best, "rivals": rivals, "goal_rivals": goal_rivals, "points": points, "by_rival": by_rival,
+        by_rival.setdefault(p["rival"], {}).setdefault(p["graph"]["verdict"], []).append(p["where"])
+    return {"best": best, "goal_rivals": goal_rivals, "points": points, "by_rival": by_rival,
             "behind": behind, "complete": complete, "reached": complete and not behind,
             "stretch": complete and min(p["graph"]["ci_low"] for p in in_goal) >= STRETCH,
             **{key: settings.get(key) for key in ("level_within", "rounds", "confidence")},
@@ -97,11 +107,11 @@ def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
 
     cycles, efficiency = by_s("cycles"), by_s("efficiency_per_cycle")
     best = contestants[0] if contestants and contestants[0] == (headline or [None])[0] else None
+    over = cycles_over(over_s, best).reindex(index=contestants, columns=lengths) if best else None
     return {"at_case": at_case, "lengths": lengths, "best": best,
             "by_s": [{"kernel": n, "cycles": cells(cycles.loc[n]), "efficiency": cells(efficiency.loc[n])}
                      for n in contestants],
-            "ratios": [{"rival": n, "ratios": cells(cycles.loc[n] / cycles.loc[best])} for n in contestants[1:]]
-            if best else []}
+            "ratios": [{"rival": n, "ratios": cells(over.loc[n])} for n in contestants[1:]] if best else []}
 
 
 def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict,

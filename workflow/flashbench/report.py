@@ -31,6 +31,9 @@ def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
     meta = read_record(results_dir / "kernels.json", "kernels")
     if problem := summary_problem(summary, meta):
         raise BadRecord(f"{results_dir / 'summary.csv'}: {problem}; run summarize on that GPU again")
+    for k in meta["kernels"]:  # an archive summarized before a file's choices were a list of paragraphs
+        if isinstance(k.get("choices"), str):
+            k["choices"] = [k["choices"]]
     return summary, meta
 
 
@@ -190,11 +193,7 @@ def sweep_figure(sweep: pd.DataFrame, order: list[str], headline: dict[str, str]
             ax.grid(alpha=0.3)
 
             def handle(name):
-                style = {k: v for k, v in styles[name].items() if k != "dashes"}
-                line = Line2D([], [], label=name + (f" ({headline[name]})" if name in headline else ""), **style)
-                if "dashes" in styles[name]:
-                    line.set_dashes(styles[name]["dashes"])
-                return line
+                return Line2D([], [], label=name + (f" ({headline[name]})" if name in headline else ""), **styles[name])
 
             _legend_outside(ax, {"our kernels (solid)": [handle(n) for n in names if kinds[n] != PEER],
                                  "PyTorch peers (dashed)": [handle(n) for n in names if kinds[n] == PEER]})

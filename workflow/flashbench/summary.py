@@ -64,15 +64,14 @@ def own_choices(kernels: list[dict], sources: dict[str, str]) -> dict[str, list[
     word: a version's file may restate what it keeps of its predecessor's design (V19's the schedule
     of V18), and that choice is the predecessor's. An ablation, built from its parent's file, has its
     parent's."""
-    own, previous = {}, None
+    own, previous = {}, set()  # the choices of the version before
     for k in kernels:
         if k["name"] not in sources:  # a peer
             continue
         mine = choices(sources[k["name"]])
         if k["kind"] == "version":
-            kept = set(choices(sources[previous])) if previous else set()
-            own[k["name"]] = [c for c in mine if c not in kept]
-            previous = k["name"]
+            own[k["name"]] = [c for c in mine if c not in previous]
+            previous = set(mine)
         else:
             own[k["name"]] = mine
     return own

@@ -85,7 +85,8 @@ PAGES = "build/pages"
 # every GPU side by side, and its page
 COMPARISON = {"table": "reports/README.md", "figure": "reports/compare.png", "page": f"{PAGES}/README.html"}
 REPORTS = ("report", "hopper")  # reports/<gpu>/<name>.md
-REPORT_TABLES = ("summary", "resources", "profile")  # results/<gpu>/<name>.csv of every archive
+# results/<gpu>/<name>.csv of every archive: summary, resources, profile
+REPORT_TABLES = tuple(Path(name).stem for name in fb_archives.TABLES if name.endswith(".csv"))
 # and those of a run that had the head-to-head and cycles stages (see paired_tables)
 PAIRED_TABLES = ("head_to_head", "cycles")
 
@@ -229,7 +230,7 @@ def report_pages(gpu, names):
 
 
 def report_outputs(gpu):
-    return [f"reports/{gpu}/report.md", f"reports/{gpu}/hopper.md", *report_figures(gpu)]
+    return [*(f"reports/{gpu}/{name}.md" for name in REPORTS), *report_figures(gpu)]
 
 
 def in_report(path, subcategory, caption=None):
@@ -255,8 +256,8 @@ def rendered_reports():
 def html_report_pages():
     """The pages Snakemake's HTML report shows beside the figures, of each GPU (the comparison's is
     in COMPARISON)."""
-    return [page for gpu in reported_gpus() for names in (REPORTS, REPORT_TABLES + PAIRED_TABLES)
-            for page in report_pages(gpu, names).values()]
+    names = REPORTS + REPORT_TABLES + PAIRED_TABLES
+    return [page for gpu in reported_gpus() for page in report_pages(gpu, names).values()]
 
 
 if not GPU_MODE:

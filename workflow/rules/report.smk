@@ -65,8 +65,7 @@ rule render_report:
         hopper_template=HOPPER_TEMPLATE,
         code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "hopper", "cli"),
     output:
-        report=archive_output("reports/{gpu}/report.md"),
-        hopper=archive_output("reports/{gpu}/hopper.md"),
+        **{name: archive_output(f"reports/{{gpu}}/{name}.md") for name in REPORTS},
         **{Path(figure).stem: archive_output(in_report(figure, "figures")) for figure in report_figures("{gpu}")},
     log:
         "logs/{gpu}/render_report.log",
