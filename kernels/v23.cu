@@ -1,39 +1,29 @@
-// V23: the work tiles of a block run into each other (the Hopper line, tenth step; sm_90a only).
-// Up to V22 a consumer warpgroup walks its block's work tiles one after the other: batch 0 issues a
-// work tile's QK(0) alone and waits for it before its softmax, the last batch issues PV(n - 1) alone,
-// and the epilogue follows it. At S = 1024 a work tile has 8 key tiles, so these two lone products,
-// and the waits behind them, are a fifth of the batches; ncu at the case puts 6% of the warps'
-// samples on the waits for a work tile's first Q and K, its lone QK(0) and its lone PV(n - 1).
-// V23 numbers a block's key tiles i = 0 .. T - 1 over all its work tiles (tile i is key tile i % n
-// of the block's work tile i / n, as the producer already counts them) and runs one batch per i:
-// QK(i) and PV(i - 1), whether or not they belong to the same work tile. So the next work tile's
-// QK(0) goes into the turn with this one's last PV, and only the block's very first and very last
-// products run alone.
-//   - Q has two buffers: a work tile's Q is loaded while the previous one's last QK may still read
-//     the other (work tile k of the block uses buffer k % 2).
-//   - A work tile's epilogue (O / row sum -> the O tile -> TMA store) runs at the top of the batch
-//     that issues the next work tile's first PV: there PV(i - 2), the tile's last, is complete, and
-//     the first PV of the next tile overwrites O (accumulate off for its first k-step) instead of
-//     O being zeroed. The softmax of the next tile's first key tile has run by then: it keeps the
-//     finished tile's row sums (row_sum_done) before it resets them.
-//   - O is not rescaled before a work tile's first PV (it holds nothing of that tile yet).
+// V23: the row sums on the tensor cores (the Hopper line, tenth step; sm_90a only).
+// From V22 on a consumer warp's batch is limited by its own instructions, not by the tensor pipe
+// (ncu at S = 8192: tensor pipe 80% active, issue slots 35% busy, the MUFU 43%; and every
+// instruction added to the batch costs: 112 FMA-pipe instructions for an exp2 polynomial on a
+// quarter of the elements, in place of 16 MUFU.EX2, cost 6.5% of the cycles). Of the softmax's
+// ~290 instructions per thread and batch, 64 are the FADDs of the row sums.
+// V23 lets the tensor cores add them: P (already packed as PV's A fragments) times a 128 x 8 matrix
+// of ones, one wgmma m64n8k16 per k16 slice of P, in PV's commit group. Each of the 8 columns of
+// the result is the row's sum of P, accumulated over the key tiles in 4 fp32 registers per thread
+// (rows g, g + 8; columns 2 quad, 2 quad + 1), rescaled with O when a row's max moves (V22's rule).
+// The sum is then of P as rounded to fp16, the very P that multiplies V, so O / row sum divides by
+// the sum of the weights O was made with; and the four lanes of a quad need no shuffles for it.
+// The cost: 8 more wgmma per batch, N = 8 against PV's 128: 3% more tensor work.
 //
-//   The batches of consumer warpgroup c around a work-tile boundary (key tiles n - 1 | 0 of the next):
+//   One batch of consumer warpgroup c, j = 1 .. n - 1:
 //
-//     V22   .. | turn: QK(n-1); PV(n-2) | softmax(n-1) | turn: PV(n-1) | epilogue | wait Q', K'(0) | turn: QK'(0) | softmax'(0) | turn: QK'(1); PV'(0) ..
-//     V23   .. | turn: QK(n-1); PV(n-2) | softmax(n-1) | turn: QK'(0); PV(n-1) | softmax'(0) | epilogue | turn: QK'(1); PV'(0) ..
+//     V22   wait K(j), V(j-1), PV(j-2); pack P(j-1); rescale O if m moved        | turn: QK(j); PV(j-1)            | wait QK(j); softmax(j) with row sums
+//     V23   wait K(j), V(j-1), PV(j-2); pack P(j-1); rescale O, l if m moved     | turn: QK(j); PV(j-1), P(j-1) 1  | wait QK(j); softmax(j)
 //
 //   384 threads = 3 warpgroups, __launch_bounds__(384, 1), setmaxnreg 24 / 240, once per block:
-//     warpgroup 0      the producer: one thread issues every TMA, in V21's order (K(i), V(i - 1),
-//                      and a work tile's Q after its first K), Q into buffer k % 2
-//     warpgroups 1, 2  consumers A and B (consumer warpgroup c = 0, 1 owns rows 64c..64c+63), taking
-//                      turns on named barriers as from V16
-//   Br = 128, Bc = 128, D = 128. Shared memory: Q 2 x 32 KB, 2 K/V stages (128 KB), O 32 KB, the
-//   barriers: 229,376 B and the barriers, inside the 227 KB a block may have.
+//     warpgroup 0      the producer: one thread issues every TMA, in V21's order
+//     warpgroups 1, 2  consumers A and B (consumer warpgroup c = 0, 1 owns rows 64c..64c+63)
+//   Br = 128, Bc = 128, D = 128. Shared memory: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the ones
+//   (2 KB), the barriers.
 //   Everything else is V22's.
 //
-#include <type_traits>
-
 #include "hopper.cuh"
 
 using namespace flash;
@@ -56,18 +46,19 @@ constexpr int kWgRows = kBr / kConsumerWarpgroups;           // 64 rows per cons
 constexpr int kBc = 128;                                     // keys per K/V tile: one wgmma N (QK)
 constexpr int kD = kHeadDim;                                 // 128: PV's wgmma N
 constexpr float kRescaleLog2 = 8.f;                          // V22: m moves when (max - m) * scale_log2 > 8
-constexpr int kStages = 2;                                   // K/V ring depth
-constexpr int kQBuffers = 2;                                 // V23: work tile k of a block uses Q buffer k % 2
+constexpr int kStages = 2;                                   // K/V ring depth (V18: 3; room for O)
+constexpr int kSumCols = 8;                                  // V23: N of the row sums' wgmma, the smallest
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 
 struct SharedStorage {
-  half q[kQBuffers][kHalves][kBr * kBoxCols];
+  half q[kHalves][kBr * kBoxCols];
   half k[kStages][kHalves][kBc * kBoxCols];
   half v[kStages][kHalves][kBc * kBoxCols];
   half o[kHalves][kBr * kBoxCols];  // V19: the O tile the TMA stores read, the o map's layout
-  uint64_t q_full[kQBuffers];
-  uint64_t q_empty[kQBuffers];  // the consumers are done with this buffer's Q; the next one may be loaded
+  half ones[kBc * kSumCols];         // V23: the B of P times ones, every element 1
+  uint64_t q_full;
+  uint64_t q_empty;  // V18: the consumers are done with this tile's Q; the next one may be loaded
   uint64_t k_full[kStages];
   uint64_t v_full[kStages];
   uint64_t k_empty[kStages];
@@ -75,6 +66,7 @@ struct SharedStorage {
 };
 static_assert(offsetof(SharedStorage, q) % kAtomBytes == 0 && offsetof(SharedStorage, k) % kAtomBytes == 0 &&
                   offsetof(SharedStorage, v) % kAtomBytes == 0 && offsetof(SharedStorage, o) % kAtomBytes == 0 &&
+                  offsetof(SharedStorage, ones) % kAtomBytes == 0 &&
                   (kBc * kBoxRowBytes) % kAtomBytes == 0 && (kWgRows * kBoxRowBytes) % kAtomBytes == 0,
               "every TMA box and wgmma operand starts on a 1024-byte swizzle atom");
 constexpr int kQBytes = kBr * kD * sizeof(half);     // 32 KB: the expect-tx count of q_full
@@ -103,10 +95,6 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
   const int num_tiles = seq_len / kBc;          // K/V tiles per work tile
   const int work_tiles = row_tiles * heads;     // what the blocks share
   const int first_work = blockIdx.x, work_step = gridDim.x;
-  // This block's work tiles: first_work + kk * work_step, kk = 0 .. my_work_tiles - 1 (at least one:
-  // the grid is no larger than the work).
-  const int my_work_tiles = (work_tiles - first_work + work_step - 1) / work_step;
-  const auto work_of = [&](int kk) { return first_work + kk * work_step; };
   // Rows of the [B*H*S, 128] view the tensor maps describe: work tile w's head's first key, its Q.
   const auto head_row0 = [&](int w) { return (w / row_tiles) * seq_len; };
   const auto q_row0 = [&](int w) { return head_row0(w) + (w % row_tiles) * kBr; };
@@ -114,10 +102,8 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
   // ---- barriers, before the roles split ---------------------------------------------------------
   if (thread == 0) {
     tma_prefetch_map(&tmap_q), tma_prefetch_map(&tmap_k), tma_prefetch_map(&tmap_v), tma_prefetch_map(&tmap_o);
-    for (int b = 0; b < kQBuffers; ++b) {
-      mbar_init(&smem.q_full[b], 1);
-      mbar_init(&smem.q_empty[b], kConsumerWarps);
-    }
+    mbar_init(&smem.q_full, 1);
+    mbar_init(&smem.q_empty, kConsumerWarps);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&smem.k_full[s], 1);
       mbar_init(&smem.v_full[s], 1);
@@ -126,6 +112,10 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     }
     mbar_fence_init();
   }
+  // V23: the ones, written by ordinary stores and read by wgmma (the async proxy) after the barrier
+  for (int e = thread; e < kBc * kSumCols / 2; e += kThreads)
+    reinterpret_cast<__half2*>(smem.ones)[e] = __float2half2_rn(1.f);
+  fence_proxy_async();
   __syncthreads();  // the last block-wide barrier: after it, each role goes its own way
 
   if (wg == 0) {
@@ -147,25 +137,24 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         mbar_arrive_expect_tx(&smem.v_full[stage], kTileBytes);
         tma_load_tile<kBc>(smem.v[stage][0], &tmap_v, &smem.v_full[stage], key_row);
       };
-      // V23: the kk-th work tile's Q goes to buffer kk % 2, its use kk / 2; from the second use on it
-      // waits for the buffer's release by the work tile two before.
-      const auto load_q = [&](int kk) {
-        const int buffer = kk % kQBuffers, use = kk / kQBuffers;
-        if (use > 0) mbar_wait(&smem.q_empty[buffer], (use - 1) & 1);
-        mbar_arrive_expect_tx(&smem.q_full[buffer], kQBytes);
-        tma_load_tile<kBr>(smem.q[buffer][0], &tmap_q, &smem.q_full[buffer], q_row0(work_of(kk)));
+      uint32_t q_phase = 0;  // parity of the block's current work tile k (k & 1)
+      const auto load_q = [&](int w) {
+        if (w != first_work) mbar_wait(&smem.q_empty, q_phase ^ 1);  // the consumers are done with Q(k - 1)
+        mbar_arrive_expect_tx(&smem.q_full, kQBytes);
+        tma_load_tile<kBr>(smem.q[0], &tmap_q, &smem.q_full, q_row0(w));
+        q_phase ^= 1;
       };
       // V21: K(i), then V(i - 1), then, at a work tile's first key tile, its Q.
       int i = 0, previous_key_row = 0;
-      for (int kk = 0; kk < my_work_tiles; ++kk)
+      for (int w = first_work; w < work_tiles; w += work_step)
         for (int tile = 0; tile < num_tiles; ++tile, ++i) {
-          const int key_row = head_row0(work_of(kk)) + tile * kBc;
+          const int key_row = head_row0(w) + tile * kBc;
           load_k(i, key_row);
           if (i > 0) load_v(i - 1, previous_key_row);
-          if (tile == 0) load_q(kk);
+          if (tile == 0) load_q(w);
           previous_key_row = key_row;
         }
-      load_v(i - 1, previous_key_row);
+      if (i > 0) load_v(i - 1, previous_key_row);
     }
   } else {
     // ==== consumer warpgroups =====================================================================
@@ -179,52 +168,43 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
 
     // wgmma descriptors of k-step 0. QK's k-step ks reads head columns 16ks..: box half ks / 4, 32
     // bytes per k-step inside it. PV's k-step kk reads keys 16kk..: 16 rows of 128 bytes further.
-    const uint32_t q_base = smem_addr(smem.q[0]) + cwg * kWgRows * kBoxRowBytes;
+    const uint64_t q_desc0 = make_desc_sw128(smem_addr(smem.q[0]) + cwg * kWgRows * kBoxRowBytes, 16, kAtomBytes);
     const auto qk_step = [](int ks, int rows) { return (ks / 4) * rows * kBoxRowBytes + (ks % 4) * 32; };
 
-    float o_acc[64];               // O: 64 rows x 128 head columns per warpgroup
+    float o_acc[64];  // O: 64 rows x 128 head columns per warpgroup (zeroed at each work tile)
     float s_acc[64];               // S of the tile whose QK is in the current batch
     uint32_t p_frag[kBc / 16][4];  // P of the tile whose PV is in the current batch
     float row_max[2];  // rows g, g + 8: m, (max - m) * scale_log2 <= 8 (V22; -inf at each work tile)
-    float row_sum[2] = {0.f, 0.f};  // this thread's part of the running sum of exp (0 at each work tile)
-    float row_sum_done[2];  // V23: the row sums of the work tile whose epilogue is still to come
+    float l_acc[4];    // V23: P times ones: row g in l_acc[0], [1], row g + 8 in [2], [3] (each the row sum)
 
     // ---- the pieces of a batch -------------------------------------------------------------------
-    // S = Q K^T: 64 rows x 128 keys per warpgroup, 8 wgmma k16 steps over the head dim, Q from buffer
-    // q_buffer.
-    // The descriptors of the two Q buffers' k-step 0, made once: a descriptor made from the loop
-    // counter in every batch was kept in ordinary registers and moved into uniform ones (R2UR)
-    // inside the turn, before each wgmma.
-    const uint64_t q_desc_buffer0 = make_desc_sw128(q_base, 16, kAtomBytes);
-    const uint64_t q_desc_buffer1 = make_desc_sw128(q_base + int(sizeof(smem.q[0])), 16, kAtomBytes);
-    const auto issue_qk = [&](uint64_t q_desc0, int stage) {
+    // S = Q K^T: 64 rows x 128 keys per warpgroup, 8 wgmma k16 steps over the head dim.
+    const auto issue_qk = [&](int stage) {
       const uint64_t k_desc0 = make_desc_sw128(smem_addr(smem.k[stage][0]), 16, kAtomBytes);
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks)
         wgmma_m64n128k16_ss(s_acc, desc_advance(q_desc0, qk_step(ks, kBr)), desc_advance(k_desc0, qk_step(ks, kBc)),
                             ks > 0);
     };
-    // O (+)= P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
+    // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
     // B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
-    // 128 B apart, 8-key groups SBO = 1024 B apart. V23: a work tile's first PV overwrites O.
-    const auto issue_pv = [&](int stage, bool accumulate) {
+    // 128 B apart, 8-key groups SBO = 1024 B apart.
+    // V23: and l += P ones, the same A fragments against the ones (every k16 slice of them alike).
+    const uint64_t ones_desc = make_desc_plain(smem_addr(smem.ones), 128, 256);
+    const auto issue_pv = [&](int stage) {
       const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk)
-        wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), kk > 0 || accumulate);
+        wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk) wgmma_m64n8k16_rs(l_acc, p_frag[kk], ones_desc);
     };
     // Before a batch: the registers its wgmma write or read were last touched by ordinary code.
     const auto batch_begin = [&] {
-      fence_regs(o_acc), fence_regs(s_acc);
+      fence_regs(o_acc), fence_regs(s_acc), fence_regs(l_acc);
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
       wgmma_fence();
-    };
-    // After the wait for the batch's PV: O and P are this thread's again.
-    const auto pv_done = [&] {
-      fence_regs(o_acc);
-#pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
     };
     // Online softmax of S in registers (a thread holds 32 of the 128 columns of rows g, g + 8;
     // s_acc[4i + 2h + e]: row g + 8h, key 8i + 2*quad + e). It leaves exp(S - m) in s_acc and
@@ -250,23 +230,23 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
           moved = true;
         }
         neg_max_scaled[h] = -row_max[h] * scale_log2;
-        row_sum[h] *= rescale[h];
       }
       rescale_o_needed = __any_sync(0xffffffff, moved);
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
         const int h = (i / 2) % 2;
         s_acc[i] = fast_exp2(fmaf(s_acc[i], scale_log2, neg_max_scaled[h]));
-        row_sum[h] += s_acc[i];
       }
     };
     // O rescaled by the factors of the last softmax (its columns are head dims, its rows the same
-    // g, g + 8): once the PV before is complete, before the turn (V20).
+    // g, g + 8): once PV(j - 2) is complete, before the turn (V20).
     const auto rescale_o = [&] {
 #pragma unroll
       for (int i = 0; i < 64; ++i) o_acc[i] *= rescale[(i / 2) % 2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) l_acc[i] *= rescale[i / 2];  // V23: the row sums with O
     };
-    // Once the PV before is done with P: the next P packed as wgmma A fragments, k16 slice kk (keys
+    // Once PV(j - 1) is done with P(j - 1): P(j) packed as wgmma A fragments, k16 slice kk (keys
     // 16kk..) from accumulator blocks 2kk, 2kk + 1.
     const auto pack_p = [&] {
 #pragma unroll
@@ -274,26 +254,95 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
 #pragma unroll
         for (int r = 0; r < 4; ++r) p_frag[kk][r] = pack_half2(s_acc[8 * kk + 2 * r], s_acc[8 * kk + 2 * r + 1]);
     };
-    // The key tile i of the block: its work tile's index kk (of the block's), key tile and ring stage.
-    // A work tile's first key tile resets the softmax's state, keeping the finished tile's row sums.
-    const auto start_softmax = [&](int tile) {
-      if (tile == 0) {
-        row_sum_done[0] = row_sum[0], row_sum_done[1] = row_sum[1];
-        row_max[0] = row_max[1] = -INFINITY;
-        row_sum[0] = row_sum[1] = 0.f;
-      }
-      softmax();
+
+    // Done with the Q of this work tile (after the wait for its last QK): the producer may load the next.
+    const auto release_q = [&] {
+      if (lane == 0) mbar_arrive(&smem.q_empty);
     };
-    // The epilogue of the block's kk-th work tile, once its last PV is complete: O / row sum -> the O
-    // tile (fp16, stmatrix) -> global (TMA store).
-    const auto epilogue = [&](int kk) {
-      // Step 1: the previous work tile's store has read the O tile (nothing to wait for at the block's
-      // first); the barrier carries that to the warpgroup's 128 threads.
+
+    int stage = 0;  // stage and phase of the next K/V tile to multiply, running over the work tiles
+    uint32_t phase = 0;
+    uint32_t q_phase = 0;  // parity of the block's current work tile
+    for (int w = first_work; w < work_tiles; w += work_step) {
+      const bool first_work_tile = w == first_work, last_work_tile = w + work_step >= work_tiles;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
+      row_max[0] = row_max[1] = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) l_acc[i] = 0.f;
+
+      mbar_wait(&smem.q_full, q_phase);
+      q_phase ^= 1;
+
+      // ---- batch 0: QK(0) -------------------------------------------------------------------------
+      mbar_wait(&smem.k_full[stage], phase);
+      if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
+      batch_begin();
+      issue_qk(stage);
+      wgmma_commit();
+      named_bar_arrive(their_turn, kConsumerThreads);
+      wgmma_wait<0>();
+      fence_regs(s_acc);
+      if (lane == 0) mbar_arrive(&smem.k_empty[stage]);
+      if (num_tiles == 1) release_q();
+      softmax();
+
+      // ---- batches 1 .. n - 1: QK(j), then PV(j - 1), two commit groups (V17's rotated loop) ------
+      int pv_stage = stage;  // stage of tile j - 1
+      uint32_t pv_phase = phase;
+      if (++stage == kStages) stage = 0, phase ^= 1;
+      for (int tile = 1; tile < num_tiles; ++tile) {
+        mbar_wait(&smem.k_full[stage], phase);
+        mbar_wait(&smem.v_full[pv_stage], pv_phase);
+        wgmma_wait<0>();  // PV(j - 2) complete (nothing pending at j = 1)
+        fence_regs(o_acc), fence_regs(l_acc);
+#pragma unroll
+        for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
+        if (tile > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv_stage == 0 ? kStages - 1 : pv_stage - 1]);
+        pack_p();     // P(j - 1)
+        if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn (V20); V22: if m moved
+        named_bar_sync(my_turn, kConsumerThreads);
+        batch_begin();  // one fence for both products: P and O were written by ordinary instructions
+        issue_qk(stage);
+        wgmma_commit();
+        issue_pv(pv_stage);
+        wgmma_commit();
+        named_bar_arrive(their_turn, kConsumerThreads);
+        wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
+        fence_regs(s_acc);
+        if (lane == 0) mbar_arrive(&smem.k_empty[stage]);
+        if (tile == num_tiles - 1) release_q();  // the last QK of this work tile has read Q
+        softmax();  // overlaps PV(j - 1)
+        pv_stage = stage, pv_phase = phase;
+        if (++stage == kStages) stage = 0, phase ^= 1;
+      }
+
+      // ---- batch n: PV(n - 1) ---------------------------------------------------------------------
+      mbar_wait(&smem.v_full[pv_stage], pv_phase);
+      wgmma_wait<0>();  // PV(n - 2) complete (nothing pending if n = 1)
+      fence_regs(o_acc), fence_regs(l_acc);
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
+      if (num_tiles > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv_stage == 0 ? kStages - 1 : pv_stage - 1]);
+      pack_p();  // P(n - 1)
+      // Epilogue step 1: the previous work tile's store has read the O tile (nothing to wait for at
+      // the block's first); the turn sync below carries that to the warpgroup's 128 threads.
       if (store_thread) bulk_wait_group_read<0>();
-      named_bar_sync(kOBar + cwg, 128);
+      if (rescale_o_needed) rescale_o();  // V20: before the turn, as in the loop; V22: if m moved
+      named_bar_sync(my_turn, kConsumerThreads);
+      batch_begin();
+      issue_pv(pv_stage);
+      wgmma_commit();
+      if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
+      wgmma_wait<0>();
+      fence_regs(o_acc), fence_regs(l_acc);
+      if (lane == 0) mbar_arrive(&smem.v_empty[pv_stage]);
+
+      // ---- O / row_sum -> the O tile (fp16, stmatrix) -> global (TMA store); the producer is loading
+      //      the next tile meanwhile ---------------------------------------------------------------
       float inv[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) inv[h] = 1.f / quad_sum(row_sum_done[h]);
+      for (int h = 0; h < 2; ++h) inv[h] = 1.f / l_acc[2 * h];  // V23: a whole row's sum in every column
       // Step 2. stmatrix x4 number j writes head columns 16j..16j+15 of the warp's 16 rows: its four
       // 8x8 matrices are (rows 0-7, n8 block 2j), (rows 8-15, 2j), (rows 0-7, 2j + 1), (rows 8-15,
       // 2j + 1), i.e. accumulators o_acc[8j + 0..1], [8j + 2..3], [8j + 4..5], [8j + 6..7] of this
@@ -316,128 +365,12 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       named_bar_sync(kOBar + cwg, 128);
       // Step 4. one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
       if (store_thread) {
-        const int o_row = q_row0(work_of(kk)) + cwg * kWgRows;
+        const int o_row = q_row0(w) + cwg * kWgRows;
         tma_store_2d(&tmap_o, smem.o[0] + cwg * kWgRows * kBoxCols, 0, o_row);
         tma_store_2d(&tmap_o, smem.o[1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row);
         bulk_commit_group();
       }
-    };
-
-    // Key tile i of the block (numbered as the producer numbers them) is key tile `tile` of the block's
-    // work tile `work`: in ring stage i % 2, the stage's use (i / 2) & 1; its Q in buffer work % 2,
-    // that buffer's use (work / 2) & 1.
-    struct KeyTile {
-      int i, work, tile;
-    };
-    const auto next_of = [&](KeyTile t) {
-      return t.tile + 1 == num_tiles ? KeyTile{t.i + 1, t.work + 1, 0} : KeyTile{t.i + 1, t.work, t.tile + 1};
-    };
-    const auto stage_of = [](const KeyTile& t) { return t.i % kStages; };
-    const auto phase_of = [](const KeyTile& t) { return uint32_t(t.i / kStages) & 1; };
-    // Done with t's K (after the wait for its QK), and, after a work tile's last QK, with its Q.
-    const auto release_k_and_q = [&](const KeyTile& t) {
-      if (lane == 0) {
-        mbar_arrive(&smem.k_empty[stage_of(t)]);
-        if (t.tile == num_tiles - 1) mbar_arrive(&smem.q_empty[t.work % kQBuffers]);
-      }
-    };
-    // At the top of the batch whose PV is pv's (pv.i >= 0): the PV before complete, its V released;
-    // if pv opens a work tile, the previous one is finished: its epilogue, and no rescale (pv's PV
-    // overwrites O).
-    const auto before_turn = [&](const KeyTile& pv) {
-      wgmma_wait<0>();  // PV(pv.i - 1) complete (nothing pending at pv.i = 0)
-      pv_done();
-      if (pv.i > 0 && lane == 0) mbar_arrive(&smem.v_empty[(pv.i - 1) % kStages]);
-      const bool opens = pv.tile == 0;
-      if (opens && pv.work > 0) epilogue(pv.work - 1);
-      pack_p();  // P(pv.i)
-      if (rescale_o_needed && !opens) rescale_o();  // by softmax(pv.i)'s factors (V20); V22: if m moved
-    };
-
-    // ---- batch 0: QK(0) alone --------------------------------------------------------------------
-    KeyTile qk{0, 0, 0};
-    mbar_wait(&smem.q_full[0], 0);
-    mbar_wait(&smem.k_full[0], 0);
-    if (cwg != 0) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
-    batch_begin();
-    issue_qk(q_desc_buffer0, 0);
-    wgmma_commit();
-    named_bar_arrive(their_turn, kConsumerThreads);
-    wgmma_wait<0>();
-    fence_regs(s_acc);
-    release_k_and_q(qk);
-    start_softmax(qk.tile);
-
-    // ---- batches 1 .. T - 1: QK(i), then PV(i - 1), two commit groups (V17's rotated loop) -------
-    // One batch: QK of the key tile after qk, whose Q is in buffer kQBuffer, and PV of qk. Two kinds:
-    //   - a work tile's first two key tiles: the batch may wait for a new Q, run the epilogue of the
-    //     previous work tile, open O with its first PV; it checks for each at run time;
-    //   - the rest (key tiles 2 .. n - 1): none of these can happen, and the batch is V22's, with no
-    //     check in it. In one kind for all batches, the checks cost 7-10% at every S (a wider,
-    //     branchier loop around the same turn), more than the overlap won.
-    // The buffer is a compile-time constant too (the loop below runs the work tiles two at a time),
-    // so that both buffers' descriptors stay in uniform registers as V22's one does; chosen at run
-    // time, the descriptor was kept in ordinary registers and moved into uniform ones (R2UR) between
-    // the wgmma of the turn.
-    const auto batch = [&](auto q_buffer, auto lean) {
-      constexpr int kQBuffer = decltype(q_buffer)::value;
-      constexpr bool kLean = decltype(lean)::value;
-      const KeyTile pv = qk;
-      qk = kLean ? KeyTile{qk.i + 1, qk.work, qk.tile + 1} : next_of(qk);
-      if (!kLean && qk.tile == 0) mbar_wait(&smem.q_full[kQBuffer], uint32_t(qk.work / kQBuffers) & 1);
-      mbar_wait(&smem.k_full[stage_of(qk)], phase_of(qk));
-      mbar_wait(&smem.v_full[stage_of(pv)], phase_of(pv));
-      if (kLean) {  // V22's top of a batch
-        wgmma_wait<0>();  // PV(i - 2) complete
-        pv_done();
-        if (lane == 0) mbar_arrive(&smem.v_empty[(pv.i - 1) % kStages]);
-        if (rescale_o_needed) rescale_o();
-        pack_p();  // after the rescale's branch: before it, ptxas sank the packing into the turn
-      } else {
-        before_turn(pv);
-      }
-      named_bar_sync(my_turn, kConsumerThreads);
-      batch_begin();  // one fence for both products: P and O were written by ordinary instructions
-      issue_qk(kQBuffer == 0 ? q_desc_buffer0 : q_desc_buffer1, stage_of(qk));
-      wgmma_commit();
-      issue_pv(stage_of(pv), kLean || pv.tile != 0);
-      wgmma_commit();
-      named_bar_arrive(their_turn, kConsumerThreads);
-      wgmma_wait<1>();  // QK complete; PV may still run
-      fence_regs(s_acc);
-      release_k_and_q(qk);
-      if (kLean)
-        softmax();  // overlaps PV
-      else
-        start_softmax(qk.tile);
-    };
-    using Buffer0 = std::integral_constant<int, 0>;
-    using Buffer1 = std::integral_constant<int, 1>;
-    using Checked = std::false_type;
-    using Lean = std::true_type;
-    const int checked_tiles = num_tiles < 2 ? num_tiles : 2;
-    for (int work = 0; work < my_work_tiles; work += 2) {
-      for (int tile = work == 0 ? 1 : 0; tile < checked_tiles; ++tile) batch(Buffer0{}, Checked{});
-      for (int tile = 2; tile < num_tiles; ++tile) batch(Buffer0{}, Lean{});
-      if (work + 1 < my_work_tiles) {
-        for (int tile = 0; tile < checked_tiles; ++tile) batch(Buffer1{}, Checked{});
-        for (int tile = 2; tile < num_tiles; ++tile) batch(Buffer1{}, Lean{});
-      }
     }
-
-    // ---- batch T: PV(T - 1) alone, then the block's last epilogue ----------------------------------
-    mbar_wait(&smem.v_full[stage_of(qk)], phase_of(qk));
-    before_turn(qk);
-    named_bar_sync(my_turn, kConsumerThreads);
-    batch_begin();
-    issue_pv(stage_of(qk), qk.tile != 0);
-    wgmma_commit();
-    if (cwg != 1) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one waits for it
-    wgmma_wait<0>();
-    pv_done();
-    if (lane == 0) mbar_arrive(&smem.v_empty[stage_of(qk)]);
-    row_sum_done[0] = row_sum[0], row_sum_done[1] = row_sum[1];
-    epilogue(qk.work);
     // The block's last stores must have read the O tile before the block exits and its shared
     // memory goes to another; waiting for the whole group is as cheap and leaves nothing in flight.
     if (store_thread) bulk_wait_group<0>();
