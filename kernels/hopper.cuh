@@ -132,12 +132,6 @@ __device__ __forceinline__ uint64_t make_desc_sw128(uint32_t smem_byte_addr, uin
   return uint64_t((smem_byte_addr & 0x3FFFF) >> 4) | (uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16) |
          (uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
 }
-// No swizzle (layout 0; V23's matrix of ones): 8-row x 16-byte core matrices, LBO bytes apart along
-// the reduction dimension, SBO bytes apart along the other.
-__device__ __forceinline__ uint64_t make_desc_plain(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-  return uint64_t((smem_byte_addr & 0x3FFFF) >> 4) | (uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16) |
-         (uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32);
-}
 // Advance a descriptor's start address by `bytes` (a multiple of 16, no carry out of 14 bits: the
 // whole of shared memory is below 256 KB).
 __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
@@ -201,15 +195,6 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uin
       " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASH_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
       : FLASH_D64
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-// D[64x8] += A[64x16] B[16x8] (V23's row sums): A from registers, B from shared memory K-major. The
-// accumulator: d[0], d[1] -> row 16w + g, columns 2q, 2q + 1; d[2], d[3] -> row 16w + g + 8.
-__device__ __forceinline__ void wgmma_m64n8k16_rs(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 #undef FLASH_D64
 #undef FLASH_D8

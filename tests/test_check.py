@@ -275,3 +275,23 @@ def test_each_kernel_is_also_checked_at_its_smallest_s_with_an_odd_head_count():
     result = check_kernel(Implementation(), [Shape(1, 2, 128, 128)], GATE, kinds=["normal"], smallest=(3, 5),
                           progress=lambda m: None)
     assert [(r["B"], r["H"], r["S"]) for r in result["shapes"]] == [(1, 2, 128), (3, 5, BLOCK)]
+
+
+def _late_jump_log2(kind: str) -> np.ndarray:
+    """Per row: how far the last keys' largest logit lies above the earlier keys' largest, in the log2
+    units the kernels take exp2 in (scale 1/sqrt(D) times log2 e)."""
+    shape = Shape(1, 2, 512, 128)
+    q, k, _, _ = attention.random_inputs(np, shape, np.random.default_rng(5), kind)
+    logits = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float32), k.astype(np.float32))
+    logits *= attention.softmax_scale(shape.D) * math.log2(math.e)
+    late = logits[..., -attention.LATE_KEYS:].max(-1)
+    return late - logits[..., :-attention.LATE_KEYS].max(-1)
+
+
+def test_far_max_makes_exp_against_an_earlier_maximum_overflow():
+    """far_max is there for kernels that take exp before the max (V23): against the earlier keys' max,
+    2^x of the late keys overflows fp32 (x >= 128) in almost every row, so in every warp's 16 rows;
+    late_max moves most rows' maximum by more than V22's 2^8 and stays inside fp32."""
+    far, late = _late_jump_log2("far_max"), _late_jump_log2("late_max")
+    assert (far > 128).mean() > 0.95 and (far.reshape(-1, 16) > 128).any(axis=1).all()
+    assert (late > 8).mean() > 0.5 and late.max() < 128

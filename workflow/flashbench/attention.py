@@ -14,7 +14,7 @@ FP16_HALF_ULP = 2.0**-11  # the largest relative rounding error of one fp16 valu
 # online softmax work: a logit spread six times wider (Q and K scaled by sqrt 6), a row maximum
 # that arrives only in the last 64 keys (every earlier partial sum must be rescaled by ~e^-10), and
 # logits all equal along each row (every key weighs the same: the output is the mean of V).
-INPUT_KINDS = ("normal", "large_logits", "late_max", "equal_logits")
+INPUT_KINDS = ("normal", "large_logits", "late_max", "far_max", "equal_logits")
 LATE_KEYS = 64  # the late maximum sits in the last 64 keys: inside the last key tile of every kernel
 
 
@@ -58,6 +58,12 @@ def random_inputs(cp, shape: Shape, rng, kind: str = "normal") -> tuple:
         # logits are ~10 above the rest for almost every row.
         u = cp.full(shape.D, 1.0 / math.sqrt(shape.D), dtype=cp.float32)
         q += 3.0 * u
+        k[:, :, -LATE_KEYS:, :] = 40.0 * u + 0.1 * k[:, :, -LATE_KEYS:, :]
+    elif kind == "far_max":
+        # late_max, ten times as far: q.u ~ 30, the last keys' logits ~110 above the rest (~150 in
+        # log2 units), so exp of them against an earlier maximum overflows fp32
+        u = cp.full(shape.D, 1.0 / math.sqrt(shape.D), dtype=cp.float32)
+        q += 30.0 * u
         k[:, :, -LATE_KEYS:, :] = 40.0 * u + 0.1 * k[:, :, -LATE_KEYS:, :]
     elif kind == "equal_logits":
         k[:] = k[:, :, :1, :]  # one key repeated: q.k is the same for every key of a row

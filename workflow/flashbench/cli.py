@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from . import FlashbenchError
+from . import FlashbenchError, attention
 from .config import ConfigError, Shape, conform
 from .files import read_json, sha256, staged_folder, write_json, write_text
 from .validation import Expected, read_record
@@ -207,7 +207,7 @@ def cmd_launch_once(a) -> None:
 
     with _gpu_held(f"launch-once {_name(a)}"):  # under `profile`, its parent holds the GPU already
         kernel = _kernel(a)
-        kernel(*kernel.inputs(a.shape, cp.random.default_rng(0)))
+        kernel(*kernel.inputs(a.shape, cp.random.default_rng(0), a.inputs))
         cp.cuda.runtime.deviceSynchronize()
 
 
@@ -516,6 +516,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--cubin", required=True)
     s.add_argument("--record", required=True)
     s.add_argument("--shape", type=_shape, required=True)
+    s.add_argument("--inputs", choices=attention.INPUT_KINDS, default="normal",
+                   help="the kind of random input (compute-sanitizer runs the rare paths on the others)")
     s.set_defaults(run=cmd_launch_once, peer=None)
 
     s = sub.add_parser("profile", help="Nsight Compute readings of a kernel that passed its check")
