@@ -1,27 +1,41 @@
-// V23: the row sums on the tensor cores (the Hopper line, tenth step; sm_90a only).
+// V23: a key tile's max is taken only when P may have passed 2^8 (the Hopper line, tenth step;
+// sm_90a only).
 // From V22 on a consumer warp's batch is limited by its own instructions, not by the tensor pipe
-// (ncu at S = 8192: tensor pipe 80% active, issue slots 35% busy, the MUFU 43%; and every
-// instruction added to the batch costs: 112 FMA-pipe instructions for an exp2 polynomial on a
-// quarter of the elements, in place of 16 MUFU.EX2, cost 6.5% of the cycles). Of the softmax's
-// ~290 instructions per thread and batch, 64 are the FADDs of the row sums.
-// V23 lets the tensor cores add them: P (already packed as PV's A fragments) times a 128 x 8 matrix
-// of ones, one wgmma m64n8k16 per k16 slice of P, in PV's commit group. Each of the 8 columns of
-// the result is the row's sum of P, accumulated over the key tiles in 4 fp32 registers per thread
-// (rows g, g + 8; columns 2 quad, 2 quad + 1), rescaled with O when a row's max moves (V22's rule).
-// The sum is then of P as rounded to fp16, the very P that multiplies V, so O / row sum divides by
-// the sum of the weights O was made with; and the four lanes of a quad need no shuffles for it.
-// The cost: 8 more wgmma per batch, N = 8 against PV's 128: 3% more tensor work.
+// (ncu at S = 8192: tensor pipe 80% active, issue slots 35% busy, MUFU 43%, L2 43%), and every
+// instruction added to a batch costs cycles. Of the softmax's ~290 instructions per thread and
+// batch, 66 FMNMX and the 4 shuffles take the tile's row max; V22 needs it only to decide whether m,
+// the max P is taken against, moves: when the tile's max exceeds m by more than 8 (log2 units),
+// i.e. when some P = 2^((S - m) * scale_log2) would pass 2^8.
+// V23 asks the same question after the exps instead of before: P is taken against the current m
+// first, and the row sums are added up as before. A thread's part of a row sums above 2^8 whenever
+// one of its P does, so only then (the warp voting) is P's max looked at:
+//   - no row of the warp summed above 2^8: m stays, nothing else to do (almost every batch after a
+//     work tile's first);
+//   - else, per row, the max of P (as V22 took the max of S); above 2^8, m moves up by its log2 and
+//     that row's P and sums are divided by it: the same m, P and rescale factor V22 gets, from P;
+//   - a P that overflowed to infinity (S above m by 128 or more in log2 units) says nothing of S
+//     any more: then the warp multiplies its 16 x 128 block of Q K^T again from shared memory
+//     (FMA, slow, and as rare as such jumps of a row's max) and takes V22's softmax of it. So the
+//     tile's K, and after a work tile's last key tile its Q, are handed back only after the
+//     softmax, not right after their QK.
+// A work tile's first key tile (m = -inf) takes V22's softmax, max first.
+// Choice: the question is asked of the sums, a thread's 32 P of a row at a time: the weakest test
+//   that any P > 2^8 implies, and free (the sums are added anyway); a tile whose P sum past 2^8
+//   without one of them passing it takes the max for nothing. The rare overflow path multiplies S
+//   on the FMA pipe, not with wgmma: a wgmma is issued by the whole warpgroup, and the decision is
+//   each warp's.
+// The check's input kind far_max (a late max ~150 log2 units above the rest) takes the last path,
+// late_max and large_logits the middle one.
 //
 //   One batch of consumer warpgroup c, j = 1 .. n - 1:
 //
-//     V22   wait K(j), V(j-1), PV(j-2); pack P(j-1); rescale O if m moved        | turn: QK(j); PV(j-1)            | wait QK(j); softmax(j) with row sums
-//     V23   wait K(j), V(j-1), PV(j-2); pack P(j-1); rescale O, l if m moved     | turn: QK(j); PV(j-1), P(j-1) 1  | wait QK(j); softmax(j)
+//     V22   .. | turn: QK(j); PV(j-1) | wait QK(j); release K(j); max; rescale if m moves; P; sums
+//     V23   .. | turn: QK(j); PV(j-1) | wait QK(j); P; sums; (if a sum > 2^8: max of P; rescale) ; release K(j)
 //
 //   384 threads = 3 warpgroups, __launch_bounds__(384, 1), setmaxnreg 24 / 240, once per block:
 //     warpgroup 0      the producer: one thread issues every TMA, in V21's order
 //     warpgroups 1, 2  consumers A and B (consumer warpgroup c = 0, 1 owns rows 64c..64c+63)
-//   Br = 128, Bc = 128, D = 128. Shared memory: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the ones
-//   (2 KB), the barriers.
+//   Br = 128, Bc = 128, D = 128. Shared memory: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the barriers.
 //   Everything else is V22's.
 //
 #include "hopper.cuh"
@@ -46,8 +60,8 @@ constexpr int kWgRows = kBr / kConsumerWarpgroups;           // 64 rows per cons
 constexpr int kBc = 128;                                     // keys per K/V tile: one wgmma N (QK)
 constexpr int kD = kHeadDim;                                 // 128: PV's wgmma N
 constexpr float kRescaleLog2 = 8.f;                          // V22: m moves when (max - m) * scale_log2 > 8
+constexpr float kRescaleP = 256.f;                           // V23: the same, seen on P: P > 2^8
 constexpr int kStages = 2;                                   // K/V ring depth (V18: 3; room for O)
-constexpr int kSumCols = 8;                                  // V23: N of the row sums' wgmma, the smallest
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 
@@ -56,7 +70,6 @@ struct SharedStorage {
   half k[kStages][kHalves][kBc * kBoxCols];
   half v[kStages][kHalves][kBc * kBoxCols];
   half o[kHalves][kBr * kBoxCols];  // V19: the O tile the TMA stores read, the o map's layout
-  half ones[kBc * kSumCols];         // V23: the B of P times ones, every element 1
   uint64_t q_full;
   uint64_t q_empty;  // V18: the consumers are done with this tile's Q; the next one may be loaded
   uint64_t k_full[kStages];
@@ -66,7 +79,6 @@ struct SharedStorage {
 };
 static_assert(offsetof(SharedStorage, q) % kAtomBytes == 0 && offsetof(SharedStorage, k) % kAtomBytes == 0 &&
                   offsetof(SharedStorage, v) % kAtomBytes == 0 && offsetof(SharedStorage, o) % kAtomBytes == 0 &&
-                  offsetof(SharedStorage, ones) % kAtomBytes == 0 &&
                   (kBc * kBoxRowBytes) % kAtomBytes == 0 && (kWgRows * kBoxRowBytes) % kAtomBytes == 0,
               "every TMA box and wgmma operand starts on a 1024-byte swizzle atom");
 constexpr int kQBytes = kBr * kD * sizeof(half);     // 32 KB: the expect-tx count of q_full
@@ -112,10 +124,6 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     }
     mbar_fence_init();
   }
-  // V23: the ones, written by ordinary stores and read by wgmma (the async proxy) after the barrier
-  for (int e = thread; e < kBc * kSumCols / 2; e += kThreads)
-    reinterpret_cast<__half2*>(smem.ones)[e] = __float2half2_rn(1.f);
-  fence_proxy_async();
   __syncthreads();  // the last block-wide barrier: after it, each role goes its own way
 
   if (wg == 0) {
@@ -175,7 +183,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     float s_acc[64];               // S of the tile whose QK is in the current batch
     uint32_t p_frag[kBc / 16][4];  // P of the tile whose PV is in the current batch
     float row_max[2];  // rows g, g + 8: m, (max - m) * scale_log2 <= 8 (V22; -inf at each work tile)
-    float l_acc[4];    // V23: P times ones: row g in l_acc[0], [1], row g + 8 in [2], [3] (each the row sum)
+    float row_sum[2];  // this thread's part of the running sum of exp (0 at each work tile)
 
     // ---- the pieces of a batch -------------------------------------------------------------------
     // S = Q K^T: 64 rows x 128 keys per warpgroup, 8 wgmma k16 steps over the head dim.
@@ -189,19 +197,15 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
     // B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
     // 128 B apart, 8-key groups SBO = 1024 B apart.
-    // V23: and l += P ones, the same A fragments against the ones (every k16 slice of them alike).
-    const uint64_t ones_desc = make_desc_plain(smem_addr(smem.ones), 128, 256);
     const auto issue_pv = [&](int stage) {
       const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk)
         wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
-#pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk) wgmma_m64n8k16_rs(l_acc, p_frag[kk], ones_desc);
     };
     // Before a batch: the registers its wgmma write or read were last touched by ordinary code.
     const auto batch_begin = [&] {
-      fence_regs(o_acc), fence_regs(s_acc), fence_regs(l_acc);
+      fence_regs(o_acc), fence_regs(s_acc);
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
       wgmma_fence();
@@ -230,12 +234,83 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
           moved = true;
         }
         neg_max_scaled[h] = -row_max[h] * scale_log2;
+        row_sum[h] *= rescale[h];
       }
       rescale_o_needed = __any_sync(0xffffffff, moved);
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
         const int h = (i / 2) % 2;
         s_acc[i] = fast_exp2(fmaf(s_acc[i], scale_log2, neg_max_scaled[h]));
+        row_sum[h] += s_acc[i];
+      }
+    };
+    // V23: P against the current m first; the max only where a thread's part of a row sums above
+    // 2^8 (true whenever one of its P is). Leaves what softmax leaves; `exact` false: some P of the
+    // warp overflowed, and S must be multiplied again (recompute_s) before softmax takes it.
+    const auto softmax_against_m = [&] {
+      float neg_max_scaled[2], tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) neg_max_scaled[h] = -row_max[h] * scale_log2;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int h = (i / 2) % 2;
+        s_acc[i] = fast_exp2(fmaf(s_acc[i], scale_log2, neg_max_scaled[h]));
+        tile_sum[h] += s_acc[i];
+      }
+      rescale[0] = rescale[1] = 1.f;
+      rescale_o_needed = false;
+      if (__any_sync(0xffffffff, tile_sum[0] > kRescaleP || tile_sum[1] > kRescaleP)) {
+        float p_max[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float m = 0.f;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
+          p_max[h] = quad_max(m);
+        }
+        // An overflowed P, or a sum of finite ones: S is needed again
+        const bool overflow = p_max[0] == INFINITY || p_max[1] == INFINITY || tile_sum[0] == INFINITY ||
+                              tile_sum[1] == INFINITY;
+        if (__any_sync(0xffffffff, overflow)) return false;
+        bool moved = false;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (p_max[h] > kRescaleP) {  // V22's rule: m moves to the tile's max, P and the sums with it
+            rescale[h] = 1.f / p_max[h];
+            row_max[h] += __log2f(p_max[h]) / scale_log2;
+            tile_sum[h] *= rescale[h];
+            moved = true;
+          }
+        rescale_o_needed = __any_sync(0xffffffff, moved);
+        if (rescale_o_needed) {
+#pragma unroll
+          for (int i = 0; i < 64; ++i) s_acc[i] *= rescale[(i / 2) % 2];
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * rescale[h] + tile_sum[h];
+      return true;
+    };
+    // This thread's 64 elements of S = Q K^T for K/V stage `stage`, on the FMA pipe from the swizzled
+    // tiles (hopper.cuh's layout): the rare path of softmax_against_m, taken by a whole warp.
+    const auto recompute_s = [&](int stage) {
+      const auto element = [](const half* tile, int rows, int r, int c) {
+        const int chunk = (c % kBoxCols) / 8;
+        return reinterpret_cast<const char*>(tile) + (c / kBoxCols) * rows * kBoxRowBytes + r * kBoxRowBytes +
+               ((chunk ^ (r % 8)) * 16) + (c % 8) * 2;
+      };
+      const int g = lane / 4, quad = lane % 4;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int q_row = cwg * kWgRows + warp * 16 + g + 8 * ((i / 2) % 2), key = 8 * (i / 4) + 2 * quad + i % 2;
+        float dot = 0.f;
+#pragma unroll 1
+        for (int c = 0; c < kD; c += 2) {
+          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(element(smem.q[0], kBr, q_row, c)));
+          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(element(smem.k[stage][0], kBc, key, c)));
+          dot = fmaf(a.x, b.x, fmaf(a.y, b.y, dot));
+        }
+        s_acc[i] = dot;
       }
     };
     // O rescaled by the factors of the last softmax (its columns are head dims, its rows the same
@@ -243,8 +318,6 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     const auto rescale_o = [&] {
 #pragma unroll
       for (int i = 0; i < 64; ++i) o_acc[i] *= rescale[(i / 2) % 2];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) l_acc[i] *= rescale[i / 2];  // V23: the row sums with O
     };
     // Once PV(j - 1) is done with P(j - 1): P(j) packed as wgmma A fragments, k16 slice kk (keys
     // 16kk..) from accumulator blocks 2kk, 2kk + 1.
@@ -268,8 +341,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
 #pragma unroll
       for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
       row_max[0] = row_max[1] = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) l_acc[i] = 0.f;
+      row_sum[0] = row_sum[1] = 0.f;
 
       mbar_wait(&smem.q_full, q_phase);
       q_phase ^= 1;
@@ -295,7 +367,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         mbar_wait(&smem.k_full[stage], phase);
         mbar_wait(&smem.v_full[pv_stage], pv_phase);
         wgmma_wait<0>();  // PV(j - 2) complete (nothing pending at j = 1)
-        fence_regs(o_acc), fence_regs(l_acc);
+        fence_regs(o_acc);
 #pragma unroll
         for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
         if (tile > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv_stage == 0 ? kStages - 1 : pv_stage - 1]);
@@ -310,9 +382,12 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         named_bar_arrive(their_turn, kConsumerThreads);
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
-        if (lane == 0) mbar_arrive(&smem.k_empty[stage]);
+        if (!softmax_against_m()) {  // overlaps PV(j - 1); V23: rarely, S again and V22's softmax of it
+          recompute_s(stage);
+          softmax();
+        }
+        if (lane == 0) mbar_arrive(&smem.k_empty[stage]);  // V23: K (and Q) read again at most above
         if (tile == num_tiles - 1) release_q();  // the last QK of this work tile has read Q
-        softmax();  // overlaps PV(j - 1)
         pv_stage = stage, pv_phase = phase;
         if (++stage == kStages) stage = 0, phase ^= 1;
       }
@@ -320,7 +395,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       // ---- batch n: PV(n - 1) ---------------------------------------------------------------------
       mbar_wait(&smem.v_full[pv_stage], pv_phase);
       wgmma_wait<0>();  // PV(n - 2) complete (nothing pending if n = 1)
-      fence_regs(o_acc), fence_regs(l_acc);
+      fence_regs(o_acc);
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
       if (num_tiles > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv_stage == 0 ? kStages - 1 : pv_stage - 1]);
@@ -335,14 +410,14 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       wgmma_commit();
       if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
       wgmma_wait<0>();
-      fence_regs(o_acc), fence_regs(l_acc);
+      fence_regs(o_acc);
       if (lane == 0) mbar_arrive(&smem.v_empty[pv_stage]);
 
       // ---- O / row_sum -> the O tile (fp16, stmatrix) -> global (TMA store); the producer is loading
       //      the next tile meanwhile ---------------------------------------------------------------
       float inv[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) inv[h] = 1.f / l_acc[2 * h];  // V23: a whole row's sum in every column
+      for (int h = 0; h < 2; ++h) inv[h] = 1.f / quad_sum(row_sum[h]);
       // Step 2. stmatrix x4 number j writes head columns 16j..16j+15 of the warp's 16 rows: its four
       // 8x8 matrices are (rows 0-7, n8 block 2j), (rows 8-15, 2j), (rows 0-7, 2j + 1), (rows 8-15,
       // 2j + 1), i.e. accumulators o_acc[8j + 0..1], [8j + 2..3], [8j + 4..5], [8j + 6..7] of this

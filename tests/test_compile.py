@@ -361,3 +361,32 @@ def test_the_compile_stage_says_why_the_hopper_line_is_built_for_sm_90a_alone(bu
     log = (built / "logs" / "compile" / "all-built.log").read_text()
     assert f"{', '.join(hopper)} built for sm_90a only (wgmma and TMA as used here are Hopper's; SM100/SM103's path is tcgen05)" in log
     assert not any((built / "build" / "sm_103" / f"{name}.cubin").exists() for name in hopper)
+
+
+def _fmnmx_before_the_exps(sass_text: str) -> list[int]:
+    """For each wait for a QK (wait_group 1) in the tile loop: the FMNMX before its softmax's 64th exp."""
+    sass = _instructions(sass_text)
+    counts = []
+    for i, line in enumerate(sass):
+        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:
+            exps = [j for j in range(i, len(sass)) if "MUFU.EX2" in sass[j]][:64]
+            counts.append(sum("FMNMX" in x for x in sass[i:exps[-1]]))
+    return counts
+
+
+def test_v23_takes_the_tiles_max_only_after_the_exps(records, built):
+    """V23 is V22's launch and registers. After the wait for each QK of the tile loop, V22 takes the
+    tile's max (64 FMNMX and more) before its exps; V23's 64 exps come first, with no max among them.
+    Its rare path multiplies S again from shared memory (LDS, which V22's consumers never issue). The
+    turn still holds no O rescale (64 FMUL; one of the softmax's two m * scale products may be scheduled
+    there) and no descriptor move, though ptxas now packs P inside it."""
+    v22, v23 = records[("v22", "sm_90a")], records[("v23", "sm_90a")]
+    assert v23["launch"] == v22["launch"] and v23["registers"] == v22["registers"] and v23["spill_bytes"] == 0
+    v22_sass, v23_sass = _sass(v22, built), _sass(v23, built)
+    assert all(n >= 64 for n in _fmnmx_before_the_exps(v22_sass))
+    assert _fmnmx_before_the_exps(v23_sass) == [0]
+    assert "LDS" in v23_sass and "LDS" not in v22_sass
+    (v23_turn,) = _turns(v23_sass)
+    assert sum("FMUL" in line for line in v23_turn) <= 2 and not any("R2UR" in line for line in v23_turn)
+    assert any("F2FP" in line for line in v23_turn)
+    assert_softmax_between_the_waits_and_the_guard_first(v23_sass)
