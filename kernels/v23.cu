@@ -245,8 +245,8 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       }
     };
     // V23: P against the current m first; the max only where a thread's part of a row sums above
-    // 2^8 (true whenever one of its P is). Leaves what softmax leaves, or returns false, touching no
-    // state: some P of the warp overflowed, and S must be multiplied again (recompute_s) for softmax.
+    // 2^8 (true whenever one of its P is). Leaves what softmax leaves, or returns false with m and the
+    // sums untouched: some P of the warp overflowed, and S must be multiplied again (recompute_s).
     const auto softmax_against_m = [&] {
       float neg_max_scaled[2], tile_sum[2] = {0.f, 0.f};
 #pragma unroll
