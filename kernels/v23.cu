@@ -1,9 +1,9 @@
 // V23: a key tile's max is taken only when P may have passed 2^8 (the Hopper line, tenth step;
 // sm_90a only).
 // From V22 on a consumer warp's batch is limited by its own instructions, not by the tensor pipe
-// (ncu at S = 8192: tensor pipe 80% active, issue slots 35% busy, MUFU 43%, L2 43%), and every
+// (ncu at S = 8192: tensor pipe 80% active, issue slots 36% busy, MUFU 43%, L2 43%), and every
 // instruction added to a batch costs cycles. Of the softmax's ~290 instructions per thread and
-// batch, 66 FMNMX and the 4 shuffles take the tile's row max; V22 needs it only to decide whether m,
+// batch, about 70 FMNMX and 4 shuffles take the tile's row max; V22 needs it only to decide whether m,
 // the max P is taken against, moves: when the tile's max exceeds m by more than 8 (log2 units),
 // i.e. when some P = 2^((S - m) * scale_log2) would pass 2^8.
 // V23 asks the same question after the exps instead of before: P is taken against the current m
@@ -246,7 +246,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     };
     // V23: P against the current m first; the max only where a thread's part of a row sums above
     // 2^8 (true whenever one of its P is). Leaves what softmax leaves, or returns false with m and the
-    // sums untouched: some P of the warp overflowed, and S must be multiplied again (recompute_s).
+    // sums untouched: a P or a sum of the warp overflowed, and S must be multiplied again (recompute_s).
     const auto softmax_against_m = [&] {
       float neg_max_scaled[2], tile_sum[2] = {0.f, 0.f};
 #pragma unroll
@@ -268,7 +268,8 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
           for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
           p_max[h] = quad_max(m);
         }
-        // An overflowed P, or a sum of finite ones: S is needed again
+        // An overflowed P, or a sum of finite ones: S is needed again. (Below, 1 / p_max is subnormal
+        // for p_max above 2^126: exact, as nvcc_flags flush no denormals.)
         const bool overflow = p_max[0] == INFINITY || p_max[1] == INFINITY || tile_sum[0] == INFINITY ||
                               tile_sum[1] == INFINITY;
         if (__any_sync(0xffffffff, overflow)) return false;

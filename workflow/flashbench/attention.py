@@ -12,8 +12,10 @@ FP16_HALF_ULP = 2.0**-11  # the largest relative rounding error of one fp16 valu
 
 # The inputs the check runs every shape on. Normal values are the write-up's; the others make the
 # online softmax work: a logit spread six times wider (Q and K scaled by sqrt 6), a row maximum
-# that arrives only in the last 64 keys (every earlier partial sum must be rescaled by ~e^-10), and
-# logits all equal along each row (every key weighs the same: the output is the mean of V).
+# that arrives only in the last 64 keys (every earlier partial sum must be rescaled by ~e^-10), the
+# same maximum ten times as far (exp of it against an earlier maximum overflows fp32: for kernels
+# that take exp before the max), and logits all equal along each row (every key weighs the same: the
+# output is the mean of V).
 INPUT_KINDS = ("normal", "large_logits", "late_max", "far_max", "equal_logits")
 LATE_KEYS = 64  # the late maximum sits in the last 64 keys: inside the last key tile of every kernel
 
