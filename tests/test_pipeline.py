@@ -290,6 +290,8 @@ def test_a_browser_shows_every_report_table_and_figure_in_the_page(html_report):
                 rivals = [r for r in dict.fromkeys(best.rival) if r not in meta["headline"]]
                 assert len(goal["rows"]) == len(best[best.rival.isin(rivals)]) // 2  # a row per point and rival
                 assert all(re.fullmatch(r"\*?\*?\d+\.\d{2}\*?\*?", row[2]) for row in goal["rows"]), goal["rows"]
+                marks = table_headed(hopper, "at", "rival")["rows"]  # the next goal: every mark judged
+                assert marks and all(row[-1] in ("yes", "no") for row in marks)
             else:
                 assert "No head-to-head in this run" in hopper["text"]
             assert len(hopper["images"]) == 2

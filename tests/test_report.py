@@ -400,3 +400,38 @@ def test_sweep_lines_each_their_own_ours_solid_peers_dashed_headline_thicker(dra
         legends = list(dict.fromkeys(a for a in ax.get_children() if isinstance(a, type(ax.legend_))))
         assert [legend.get_title().get_text() for legend in legends] == ["our kernels (solid)",
                                                                          "PyTorch peers (dashed)"], name
+
+
+def _next_goal_inputs(graph_low: float, cycles: float, efficiency: float):
+    """A head-to-head (as paired_goal leaves it) at the case and S=8192 against cuDNN and FlashAttention's
+    kernel, every lower end and cycle ratio the same, and the version's cycle counts there."""
+    import pandas as pd
+
+    from flashbench import hopper
+
+    points = [{"where": w, "S": s, "is_case": w == "case", "rival": r, "cycles_ratio": cycles,
+               "graph": {"ci_low": graph_low}}
+              for w, s in (("case", 1024), ("S=8192", 8192)) for r in ("sdpa_cudnn", "flash_attn_cute")]
+    points.append({"where": "S=512", "S": 512, "is_case": False, "rival": "sdpa_cudnn", "cycles_ratio": 0.5,
+                   "graph": {"ci_low": 0.5}})  # below NEXT_MIN_S: not a mark
+    cycles = pd.DataFrame([{"kernel": "v23", "S": s, "is_case": s == 1024, "efficiency_per_cycle": efficiency}
+                           for s in (512, 1024, 8192)] + [{"kernel": "v22", "S": 8192, "is_case": False,
+                                                          "efficiency_per_cycle": 0.1}])
+    meta = {"kernels": [{"name": "sdpa_cudnn", "kind": "peer", "backend": "cudnn"},
+                        {"name": "flash_attn_cute", "kind": "peer", "backend": "flash_attn_cute"},
+                        {"name": "sdpa_auto", "kind": "peer", "backend": "auto"}]}
+    return hopper, {"best": "v23", "points": points}, cycles, meta
+
+
+def test_the_next_goal_needs_both_ratios_at_each_rivals_factor_and_the_efficiency_per_cycle():
+    hopper, paired, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.90)
+    goal = hopper.next_goal(paired, cycles, meta)
+    assert goal["complete"] and goal["reached"] and len(goal["ratios"]) == 4 and len(goal["efficiency"]) == 2
+    hopper, paired, cycles, meta = _next_goal_inputs(1.08, 1.12, 0.90)  # cuDNN short by graph only
+    goal = hopper.next_goal(paired, cycles, meta)
+    assert not goal["reached"] and goal["misses"] == ["sdpa_cudnn at case", "sdpa_cudnn at S=8192"]
+    hopper, paired, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.80)  # 80%: the case's 75%, not long S's 85%
+    assert hopper.next_goal(paired, cycles, meta)["misses"] == ["80.0% per cycle at S=8192"]
+    del paired["points"][3]  # FlashAttention's kernel at S=8192 missing: not judged
+    goal = hopper.next_goal(paired, cycles, meta)
+    assert not goal["complete"] and not goal["reached"]

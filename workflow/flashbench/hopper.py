@@ -3,7 +3,9 @@ results. Each step's change and gain, its place against the peers at the case an
 profiler's readings, and the line's goal judged from the head-to-head (head_to_head.csv): its best
 version at or above torch SDPA held to cuDNN and SDPA's automatic dispatch at the case and at every
 S from GOAL_MIN_S up, each verdict from the interval of the paired ratios; beside them its verdicts
-against every other rival (FlashAttention's own kernel) and the cycle counts (cycles.csv)."""
+against every other rival (FlashAttention's own kernel) and the cycle counts (cycles.csv); and the
+next goal, past FlashAttention-3: given factors over cuDNN and FlashAttention's kernel by both the
+head-to-head and the cycles, and given efficiencies per cycle."""
 from __future__ import annotations
 
 import pandas as pd
@@ -15,6 +17,13 @@ GOAL_MIN_S = 4096
 STRETCH = 1.1
 RIVALS = ("cudnn", "auto")  # the peers' backends the goal names
 SHOWN_STALLS = 3
+# The next goal, past FlashAttention-3: per rival (its backend), the factor the best version's paired
+# ratio by graph (the interval's lower end) and its cycle ratio must both reach, at the case and at
+# every S from NEXT_MIN_S; and the efficiency per cycle the best version must reach at the case and at
+# every S from NEXT_LONG_S.
+NEXT_FACTORS = {"flash_attn_cute": 1.05, "cudnn": 1.10}
+NEXT_MIN_S = 1024
+NEXT_EFFICIENCY_CASE, NEXT_LONG_S, NEXT_EFFICIENCY_LONG = 0.75, 8192, 0.85
 
 
 def tflops_of(frame: pd.DataFrame, name: str, column: str = "tflops") -> float | None:
@@ -83,6 +92,37 @@ def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | N
             **{key: settings.get(key) for key in ("level_within", "rounds", "confidence")},
             "predecessors": [{"where": _where(r.is_case, r.S), "rival": r.rival, "method": r.method, **_comparison(r)}
                              for r in mine[mine.rival.isin(headline[1:])].itertuples()]}
+
+
+def next_goal(paired: dict | None, cycles: pd.DataFrame | None, meta: dict) -> dict | None:
+    """The next goal (NEXT_FACTORS, NEXT_EFFICIENCY_*): for each of its rivals at the case and at each S
+    from NEXT_MIN_S, the best version's interval's lower end by graph and the rival's cycles over its,
+    against the factor; the best version's efficiency per cycle at the case and from NEXT_LONG_S up.
+    Judged where every such point and count is there; None without a head-to-head and cycle counts."""
+    if not paired or cycles is None or cycles.empty:
+        return None
+    factor = {k["name"]: NEXT_FACTORS[k["backend"]] for k in meta["kernels"]
+              if k["kind"] == "peer" and k.get("backend") in NEXT_FACTORS}
+    ratios = [{"where": p["where"], "rival": p["rival"], "factor": factor[p["rival"]], "graph_low": p["graph"]["ci_low"],
+               "cycles": p["cycles_ratio"]}
+              for p in paired["points"] if p["rival"] in factor and (p["is_case"] or p["S"] >= NEXT_MIN_S)]
+    for r in ratios:
+        r["met"] = r["cycles"] is not None and min(r["graph_low"], r["cycles"]) >= r["factor"]
+    mine = cycles[cycles.kernel == paired["best"]]
+    efficiency = [{"where": _where(r.is_case, r.S), "efficiency": float(r.efficiency_per_cycle),
+                   "floor": NEXT_EFFICIENCY_CASE if r.is_case else NEXT_EFFICIENCY_LONG}
+                  for r in mine.itertuples() if r.is_case or r.S >= NEXT_LONG_S]
+    for e in efficiency:
+        e["met"] = e["efficiency"] >= e["floor"]
+    wheres = {p["where"] for p in paired["points"] if p["is_case"] or p["S"] >= NEXT_MIN_S}
+    complete = ({(r["where"], r["rival"]) for r in ratios} == {(w, n) for w in wheres for n in factor}
+                and all(r["cycles"] is not None for r in ratios) and any(e["where"] == "case" for e in efficiency)
+                and len(efficiency) > 1)
+    misses = [f"{r['rival']} at {r['where']}" for r in ratios if not r["met"]]
+    misses += [f"{100 * e['efficiency']:.1f}% per cycle at {e['where']}" for e in efficiency if not e["met"]]
+    return {"best": paired["best"], "ratios": ratios, "efficiency": efficiency, "complete": complete,
+            "reached": complete and not misses, "misses": misses, "factors": factor, "min_s": NEXT_MIN_S,
+            "long_s": NEXT_LONG_S, "efficiency_case": NEXT_EFFICIENCY_CASE, "efficiency_long": NEXT_EFFICIENCY_LONG}
 
 
 def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
@@ -170,6 +210,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "not_run": [k for k in line if not k.get("check_passed")],
         "order": order,
         "paired": head_to_head_goal,
+        "next_goal": next_goal(head_to_head_goal, cycles, meta),
         "cycles": cycle_counts(cycles, meta),
         "dispatch_bound": dispatch_bound,
     }
