@@ -217,6 +217,16 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// ---- an element of a swizzled tile, read by ordinary loads (V23's rare path) -----------------------
+// Where element (r, c) of a [kRows][128] fp16 tile laid out as at the top of this file lies: box half
+// c / 64, row r, its 16-byte chunk swizzled with the row.
+template <int kRows>
+__device__ __forceinline__ const half* tile_element(const half* tile, int r, int c) {
+  const int chunk = (c % kBoxCols) / 8;
+  return reinterpret_cast<const half*>(reinterpret_cast<const char*>(tile) + (c / kBoxCols) * kRows * kBoxRowBytes +
+                                       r * kBoxRowBytes + ((chunk ^ (r % 8)) * 16) + (c % 8) * 2);
+}
+
 }  // namespace flash::hopper
 
 // ---- launch contract of a kernel that takes tensor maps -----------------------------------------

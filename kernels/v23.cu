@@ -295,11 +295,6 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     // This thread's 64 elements of S = Q K^T for K/V stage `stage`, on the FMA pipe from the swizzled
     // tiles (hopper.cuh's layout): the rare path of softmax_against_m, taken by a whole warp.
     const auto recompute_s = [&](int stage) {
-      const auto element = [](const half* tile, int rows, int r, int c) {
-        const int chunk = (c % kBoxCols) / 8;
-        return reinterpret_cast<const char*>(tile) + (c / kBoxCols) * rows * kBoxRowBytes + r * kBoxRowBytes +
-               ((chunk ^ (r % 8)) * 16) + (c % 8) * 2;
-      };
       const int g = lane / 4, quad = lane % 4;
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
@@ -307,8 +302,8 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         float dot = 0.f;
 #pragma unroll 1
         for (int c = 0; c < kD; c += 2) {
-          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(element(smem.q[0], kBr, q_row, c)));
-          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(element(smem.k[stage][0], kBc, key, c)));
+          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(tile_element<kBr>(smem.q[0], q_row, c)));
+          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(tile_element<kBc>(smem.k[stage][0], key, c)));
           dot = fmaf(a.x, b.x, fmaf(a.y, b.y, dot));
         }
         s_acc[i] = dot;

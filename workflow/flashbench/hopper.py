@@ -115,9 +115,9 @@ def next_goal(paired: dict | None, cycles: pd.DataFrame | None, meta: dict) -> d
     for e in efficiency:
         e["met"] = e["efficiency"] >= e["floor"]
     wheres = {p["where"] for p in paired["points"] if p["is_case"] or p["S"] >= NEXT_MIN_S}
+    counted_at = {e["where"] == "case" for e in efficiency}  # the case, and some S from NEXT_LONG_S
     complete = ({(r["where"], r["rival"]) for r in ratios} == {(w, n) for w in wheres for n in factor}
-                and all(r["cycles"] is not None for r in ratios) and any(e["where"] == "case" for e in efficiency)
-                and len(efficiency) > 1)
+                and all(r["cycles"] is not None for r in ratios) and counted_at == {True, False})
     misses = [f"{r['rival']} at {r['where']}" for r in ratios if not r["met"]]
     misses += [f"{100 * e['efficiency']:.1f}% per cycle at {e['where']}" for e in efficiency if not e["met"]]
     return {"best": paired["best"], "ratios": ratios, "efficiency": efficiency, "complete": complete,
