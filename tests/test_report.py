@@ -114,11 +114,23 @@ def test_each_version_lists_its_own_choices_not_those_it_restates(settings):
 
 
 def test_the_check_shapes_say_which_kernels_were_checked_where():
-    summary, _, _, _ = report.load(ROOT / "results" / "nvidia-h200")
+    summary, _, _, meta = report.load(ROOT / "results" / "nvidia-h200")
     shapes = report.checked_shapes(summary[summary.series == "check"])
+    hopper = [k["name"] for k in meta["kernels"] if k.get("line") == "hopper"]  # the archive's own, V14 on
+    assert hopper[0] == "v14"
     assert shapes["shared_shapes"] == ["B=1 H=8 S=8192", "B=2 H=16 S=2048", "B=4 H=3 S=384"]
     assert shapes["own_shapes"] == {"B=3 H=5 S=64": ["v11", "v12", "v13"],
-                                    "B=3 H=5 S=128": ["br128", "hybrid_smem", *(f"v{n}" for n in range(14, 23))]}
+                                    "B=3 H=5 S=128": ["br128", "hybrid_smem", *hopper]}
+
+
+def test_the_report_says_what_each_configured_kind_of_input_is(tmp_path):
+    """Each kind the run checked is named with what it is, whichever kinds config lists (the records'
+    two here) and in its order."""
+    text = report.render(results_folder(tmp_path, G3), tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    assert records.INPUTS == ["normal", "late_max"]
+    assert ("fresh random inputs of 2 kinds (normal: normal values; late_max: each row's maximum only in the "
+            "last 64 keys)") in text
+    assert set(report.attention.INPUT_KIND_TEXT) == set(report.attention.INPUT_KINDS)
 
 
 def test_the_render_log_names_every_file_it_wrote(tmp_path, capsys):

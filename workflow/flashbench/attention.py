@@ -17,6 +17,14 @@ FP16_HALF_ULP = 2.0**-11  # the largest relative rounding error of one fp16 valu
 # that take exp before the max), and logits all equal along each row (every key weighs the same: the
 # output is the mean of V).
 INPUT_KINDS = ("normal", "large_logits", "late_max", "far_max", "equal_logits")
+# What each kind is, in the words a report uses
+INPUT_KIND_TEXT = {
+    "normal": "normal values",
+    "large_logits": "Q and K scaled by √6 for a logit spread six times wider",
+    "late_max": "each row's maximum only in the last 64 keys",
+    "far_max": "each row's maximum only in the last 64 keys and about 150 (log2) above the rest, so that exp against an earlier maximum overflows fp32",
+    "equal_logits": "all logits of a row equal",
+}
 LATE_KEYS = 64  # the late maximum sits in the last 64 keys: inside the last key tile of every kernel
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import archives, claims, conclusions, hopper, markdown
+from . import archives, attention, claims, conclusions, hopper, markdown
 from .config import sweep_steps
 from .files import staged, staged_folder, write_text
 from .gpu import commits
@@ -335,6 +335,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "profiler_claims": claims.profiler_claims(profile, resources, meta),
         "conclusions": claims.conclusions(checked, resources, meta, gpu_name, profile),
         "order": order,
+        "input_kinds": attention.INPUT_KIND_TEXT,
         "top_lines": TOP_LINES,
         "figures": FIGURES,
     }
