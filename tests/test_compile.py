@@ -160,7 +160,8 @@ def test_hopper_kernels_multiply_with_wgmma(records, built, name):
 def test_hopper_kernels_build_clean_with_one_block_per_sm(records, name):
     r = records[(name, "sm_90a")]
     assert r["spill_bytes"] == 0 and r["stack_frame_bytes"] == 0
-    assert "C7508" not in r["ptxas_report"] and "C7510" not in r["ptxas_report"]  # setmaxnreg ignored, wgmma serialized
+    # C7508: setmaxnreg ignored; C7510, C7515: every wgmma serialized; C7517: a wgmma wait injected
+    assert not [code for code in ("C7508", "C7510", "C7515", "C7517") if code in r["ptxas_report"]]
     assert "warning" not in r["ptxas_report"].lower()
     assert r["static_smem_bytes"] == 0 and r["launch"]["dynamic_smem_bytes"] > 128 * 1024
     assert [m["array"] for m in r["launch"]["tensor_maps"]] in (["q", "k", "v"], ["q", "k", "v", "o"])  # o: V19 on
