@@ -1,8 +1,8 @@
 // V24: each consumer warpgroup's rows of Q on barriers of their own (the Hopper line, eleventh step;
 // sm_90a only).
 // At S = 1024 a block takes four work tiles of eight key tiles each, and a work tile's edges (the
-// lone first QK, the last PV, the epilogue, the wait for the next Q) cost about as much as two
-// batches (NOTES: a stamped timeline of V23). In V23 the next work tile's Q is loaded only once both
+// lone first QK, the last PV, the epilogue, the wait for the next Q) take about 2k cycles more than
+// the two batches' worth of products they hold (NOTES: a stamped timeline of V23). In V23 the next work tile's Q is loaded only once both
 // consumer warpgroups are done with the current one (one q_empty for all eight consumer warps), i.e.
 // after B's last softmax, which runs half a batch after A's; A's next QK(0) waits for that load too.
 // V24 gives each warpgroup's 64 rows of Q a full and an empty barrier of their own: the producer
