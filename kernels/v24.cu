@@ -1,17 +1,17 @@
 // V24: each consumer warpgroup's rows of Q on barriers of their own (the Hopper line, eleventh step;
 // sm_90a only).
-// At S = 1024 a block takes four work tiles of eight key tiles each, and a work tile's edges (the
-// lone first QK, the last PV, the epilogue, the wait for the next Q) take about 2k cycles more than
-// the two batches' worth of products they hold (NOTES: a stamped timeline of V23). In V23 the next work tile's Q is loaded only once both
-// consumer warpgroups are done with the current one (one q_empty for all eight consumer warps), i.e.
-// after B's last softmax, which runs half a batch after A's; A's next QK(0) waits for that load too.
-// V24 gives each warpgroup's 64 rows of Q a full and an empty barrier of their own: the producer
-// loads A's rows of the next Q as soon as A is done with its rows, and B's once B is. Q comes in
-// 64-row boxes (its tensor map's box shrinks from 128 rows to 64); its place in shared memory, its
-// layout and the wgmma descriptors are V23's.
-// Choice: the one Q buffer in two halves, not a second Q buffer. With a second buffer (Q a whole work
-//   tile ahead) the QK descriptor changes from work tile to work tile, and its rebuilding in the turn
-//   cost more at long S than the wait saved (NOTES).
+// At S = 1024 the longest blocks take four work tiles of eight key tiles each, and a work tile's
+// edges (the lone first QK, the last PV, the epilogue, the wait for the next Q) take 2-3k cycles
+// more than the two batches' worth of products they hold (NOTES: a stamped timeline of V23). In V23
+// the next work tile's Q is loaded only once both consumer warpgroups are done with the current one
+// (one q_empty for all eight consumer warps), i.e. after B's last softmax, which runs half a batch
+// after A's; A's next QK(0) waits for that load too. V24 gives each warpgroup's 64 rows of Q a full
+// and an empty barrier of their own: the producer loads A's rows of the next Q as soon as A is done
+// with its rows, and B's once B is. Q comes in 64-row boxes (its tensor map's box shrinks from 128
+// rows to 64); its place in shared memory, its layout and the wgmma descriptors are V23's.
+// Choice: the one Q buffer split by the warpgroups' rows, not a second Q buffer. With a second
+//   buffer (Q a whole work tile ahead) the QK descriptor changes from work tile to work tile, and its
+//   rebuilding in the turn cost more at long S than the wait saved (NOTES).
 //
 //   The end of work tile k and the start of k + 1 (B runs half a batch behind A):
 //
@@ -19,10 +19,11 @@
 //          B  ..     softmax(n-1) | turn: PV(n-1) | epilogue | wait Q(k+1) | turn: QK(0) ..
 //          producer         load Q(k+1) ^ (once A and B are done with Q(k))
 //     V24  A  .. softmax(n-1) | turn: PV(n-1) | epilogue | wait Q_A(k+1) | turn: QK(0) ..
-//          producer     load Q_A(k+1) ^ (once A is done), load Q_B(k+1) once B is
+//          B  ..     softmax(n-1) | turn: PV(n-1) | epilogue | wait Q_B(k+1) | turn: QK(0) ..
+//          producer     load Q_A(k+1) ^ (once A is done)   ^ load Q_B(k+1) (once B is done)
 //
 //   384 threads = 3 warpgroups, __launch_bounds__(384, 1), setmaxnreg 24 / 240, once per block:
-//     warpgroup 0      the producer: one thread issues every TMA, in V21's order (Q in two halves)
+//     warpgroup 0      the producer: one thread issues every TMA, in V21's order (Q by warpgroup rows)
 //     warpgroups 1, 2  consumers A and B (consumer warpgroup c = 0, 1 owns rows 64c..64c+63)
 //   Br = 128, Bc = 128, D = 128. Shared memory: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the barriers.
 //   Everything else is V23's.
@@ -319,8 +320,8 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         for (int r = 0; r < 4; ++r) p_frag[kk][r] = pack_half2(s_acc[8 * kk + 2 * r], s_acc[8 * kk + 2 * r + 1]);
     };
 
-    // Done with this warpgroup's rows of this work tile's Q (after its last softmax, which may read them
-    // again): the producer may load the next work tile's rows of this warpgroup (V24).
+    // Done with this warpgroup's rows of this work tile's Q (after its last QK and the softmax that may
+    // read them again): the producer may load the next work tile's rows of this warpgroup (V24).
     const auto release_q = [&] {
       if (lane == 0) mbar_arrive(&smem.q_empty[cwg]);
     };
