@@ -11,13 +11,10 @@ FP16_NAN_BITS = 0x7E00  # poison: an element the kernel does not write stays NaN
 FP16_HALF_ULP = 2.0**-11  # the largest relative rounding error of one fp16 value (its own rounding)
 
 # The inputs the check runs every shape on. Normal values are the write-up's; the others make the
-# online softmax work: a logit spread six times wider (Q and K scaled by sqrt 6), a row maximum
-# that arrives only in the last 64 keys (every earlier partial sum must be rescaled by ~e^-10), the
-# same maximum ten times as far (exp of it against an earlier maximum overflows fp32: for kernels
-# that take exp before the max), and logits all equal along each row (every key weighs the same: the
-# output is the mean of V).
+# online softmax work: late_max makes every earlier partial sum be rescaled by ~e^-10, far_max makes
+# exp against an earlier maximum overflow (for kernels that take exp before the max), equal_logits
+# weighs every key the same (the output is the mean of V). What each kind is, in a report's words:
 INPUT_KINDS = ("normal", "large_logits", "late_max", "far_max", "equal_logits")
-# What each kind is, in the words a report uses
 INPUT_KIND_TEXT = {
     "normal": "normal values",
     "large_logits": "Q and K scaled by √6 for a logit spread six times wider",
@@ -26,6 +23,7 @@ INPUT_KIND_TEXT = {
     "equal_logits": "all logits of a row equal",
 }
 LATE_KEYS = 64  # the late maximum sits in the last 64 keys: inside the last key tile of every kernel
+LEAN = {"late_max": 3.0, "far_max": 30.0}  # how far every query leans towards the late keys
 
 
 def softmax_scale(D: int) -> float:
@@ -63,17 +61,12 @@ def random_inputs(cp, shape: Shape, rng, kind: str = "normal") -> tuple:
     if kind == "large_logits":
         q *= math.sqrt(6.0)
         k *= math.sqrt(6.0)
-    elif kind == "late_max":
-        # Every query leans along one direction u (q.u ~ 3 +- 1), the last keys are 40 u: their
-        # logits are ~10 above the rest for almost every row.
+    elif kind in LEAN:
+        # Every query leans along one direction u (q.u ~ LEAN +- 1), the last keys are 40 u: their
+        # logits are ~10 (late_max) or ~110 (far_max, ~150 in log2 units) above the rest for almost
+        # every row.
         u = cp.full(shape.D, 1.0 / math.sqrt(shape.D), dtype=cp.float32)
-        q += 3.0 * u
-        k[:, :, -LATE_KEYS:, :] = 40.0 * u + 0.1 * k[:, :, -LATE_KEYS:, :]
-    elif kind == "far_max":
-        # late_max, ten times as far: q.u ~ 30, the last keys' logits ~110 above the rest (~150 in
-        # log2 units), so exp of them against an earlier maximum overflows fp32
-        u = cp.full(shape.D, 1.0 / math.sqrt(shape.D), dtype=cp.float32)
-        q += 30.0 * u
+        q += LEAN[kind] * u
         k[:, :, -LATE_KEYS:, :] = 40.0 * u + 0.1 * k[:, :, -LATE_KEYS:, :]
     elif kind == "equal_logits":
         k[:] = k[:, :, :1, :]  # one key repeated: q.k is the same for every key of a row
