@@ -77,12 +77,16 @@ def test_a_peer_keeps_the_tensors_of_every_input_set_at_one_shape(monkeypatch):
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 @pytest.mark.parametrize("name", [p.name for p in config.load(ROOT / "config.yaml").peers])
 def test_each_peer_matches_the_fp32_reference(settings, name):
+    """On the kinds of input the pipeline's gate uses: far_max is the kernels' (the GPU tests check
+    every kernel on it), and on it PyTorch's math backend lands at plain fp16's own error, 6x the
+    tolerance (logits near 1200 stored in fp16)."""
     peer = next(p for p in settings.peers if p.name == name)
     if peer.backend == peers.FLASH_ATTN_CUTE and importlib.util.find_spec("flash_attn") is None:
         pytest.skip("flash-attn-4 is not installed")
     gpu.require()
     impl = peers.make(peer)
     result = check_kernel(impl, [Shape(1, 4, 1024, 128), Shape(2, 3, 384, 128)],
-                          Gate(settings.check_factor, settings.tolerance), progress=lambda m: None)
+                          Gate(settings.check_factor, settings.tolerance), kinds=settings.check_inputs,
+                          progress=lambda m: None)
     assert result["passed"], result["reason"]
     assert impl.identity["backend"] == peer.backend
