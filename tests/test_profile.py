@@ -2,10 +2,13 @@
 import pytest
 
 from flashbench import FlashbenchError
+from flashbench import config
 from flashbench.profile import (METRICS, STALL_METRIC, STALLS, line_map, metrics_of, parse_raw, parse_sass_samples,
-                                section_lines, stall_lines)
+                                section_lines, softmax_lines, stall_lines)
 
 from conftest import ROOT
+
+KERNEL_SOURCES = sorted({k.source for k in config.load(ROOT / "config.yaml").kernels})
 
 RAW = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",{names}\n'
        '"","","","","","","",{units}\n'
@@ -73,6 +76,27 @@ def test_every_version_marks_its_softmax_section(source):
     assert softmax, f"{source} has no `// ---- online softmax` section comment"
     assert any("fast_exp2" in lines[n - 1] for n in softmax)
     assert not any("mma_m16n8k16" in lines[n - 1] or "__syncthreads" in lines[n - 1] for n in softmax)
+
+
+@pytest.mark.parametrize("source", KERNEL_SOURCES)
+def test_every_kernel_shows_where_its_softmax_is(source):
+    """Each configured kernel's softmax is found: its section, or (a softmax inlined at its calls, V16 on)
+    the lines calling it, none of which issue a product or wait at a barrier. Without them its share of
+    the stall samples would read 0."""
+    text = (ROOT / source).read_text()
+    lines, softmax = text.splitlines(), softmax_lines(text)
+    assert softmax
+    if not section_lines(text):
+        assert all("softmax" in lines[n - 1].split("//")[0] for n in softmax)
+    code = [lines[n - 1].split("//")[0] for n in softmax]
+    assert not any(op in c for c in code for op in ("mma", "issue_", "named_bar", "__syncthreads"))
+
+
+def test_a_source_without_a_softmax_has_no_softmax_share():
+    text = "extern \"C\" __global__ void k() {\n  float x = 1.f;  // softmax() named in a comment only\n}\n"
+    assert softmax_lines(text) == set()
+    result = stall_lines([(0x0, 10)], {0x0: 2}, text)
+    assert result["softmax_share"] is None and not result["top_lines"][0]["softmax"]
 
 
 def test_stall_lines_rank_source_lines_and_measure_the_softmax():

@@ -129,19 +129,32 @@ def section_lines(source_text: str, marker: str = SOFTMAX_MARKER) -> set[int]:
     return {i + 1 for i in range(start, end) if not re.search(r"__syncthreads|cp_async_wait", lines[i])}
 
 
+_SOFTMAX_CALL = re.compile(r"\bsoftmax\w*\(")
+
+
+def softmax_lines(source_text: str) -> set[int]:
+    """The lines the softmax's instructions count for: its `// ---- online softmax` section (V11-V15),
+    or, where the softmax is a function inlined at its calls (V16 on: line_map counts an inlined
+    function's instructions for the line that called it), the lines that call a softmax* function."""
+    if section := section_lines(source_text):
+        return section
+    return {i + 1 for i, text in enumerate(source_text.splitlines()) if _SOFTMAX_CALL.search(text.split("//")[0])}
+
+
 def stall_lines(samples: list[tuple[int, int]], offsets: dict[int, int], source_text: str) -> dict:
-    """Stall samples per source line: the top lines, and the softmax section's share of all samples."""
+    """Stall samples per source line: the top lines, and the softmax's share of all samples (none where
+    the source shows no softmax, softmax_lines)."""
     per_line: dict[int | None, int] = {}
     for offset, count in samples:
         line = offsets.get(offset)
         per_line[line] = per_line.get(line, 0) + count
     total = sum(per_line.values())
-    softmax = section_lines(source_text)
+    softmax = softmax_lines(source_text)
     code = source_text.splitlines()
     top = sorted(((n, c) for n, c in per_line.items() if n is not None), key=lambda x: -x[1])[:TOP_LINES]
     return {
         "stall_samples": total,
-        "softmax_share": sum(c for n, c in per_line.items() if n in softmax) / total if total else None,
+        "softmax_share": sum(c for n, c in per_line.items() if n in softmax) / total if total and softmax else None,
         "top_lines": [{"line": n, "samples": c, "share": c / total, "code": code[n - 1].strip(),
                        "softmax": n in softmax} for n, c in top],
     }
