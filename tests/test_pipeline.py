@@ -340,11 +340,10 @@ def measured_checkout(built_checkout):
 
     checkout = built_checkout
     text = (checkout / "config.yaml").read_text()
-    archive = ROOT / "results" / "nvidia-h200"
-    archived = {p.stem for p in (archive / "check").glob("*.json")}
-    recorded = {"versions": [], "headline": json.loads((archive / "kernels.json").read_text())["headline"]}
+    recorded = json.loads((ROOT / "results" / "nvidia-h200" / "kernels.json").read_text())
+    archived = {k["name"] for k in recorded["kernels"]}
     for key in ("versions", "headline"):  # and the head-to-head's headline among them
-        kept = [name for name in yaml.safe_load(text)[key] if name in archived] or recorded[key]
+        kept = [name for name in yaml.safe_load(text)[key] if name in archived] or recorded.get(key, [])
         text = re.sub(rf"^{key}: \[.*\]$", f"{key}: [{', '.join(kept)}]", text, count=1, flags=re.M)
     (checkout / "config.yaml").write_text(text)
     # the builds of these versions: all done (a shorter list remakes the all-built mark, here, without a GPU)
