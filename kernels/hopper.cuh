@@ -89,13 +89,6 @@ __device__ __forceinline__ void tma_load_tile(half* dst, const CUtensorMap* map,
   tma_load_2d(dst, map, bar, 0, row);
   tma_load_2d(dst + kRows * kBoxCols, map, bar, kBoxCols, row);
 }
-// L2 prefetch (V25 on): the bytes of the box at {col, row} of the map brought into L2 for a later load
-// of the same box; no shared memory, no barrier, nothing to wait for.
-__device__ __forceinline__ void tma_prefetch_2d(const CUtensorMap* map, int col, int row) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(col), "r"(row)
-               : "memory");
-}
 
 // ---- TMA store: shared memory -> a 2-D box of a tensor map (V19 on) -----------------------------
 // The other direction: the box at {col, row} of the map is written from shared memory laid out as a
