@@ -410,16 +410,3 @@ def test_v24_loads_each_consumer_warpgroups_rows_of_q_on_their_own(records, buil
     assert abs(len(v24_turn) - len(v23_turn)) <= 2 and not any("R2UR" in line for line in v24_turn)
     assert sum("HGMMA" in line for line in v24_turn) == 16 and sum("FMUL" in line for line in v24_turn) <= 2
     assert_softmax_between_the_waits_and_the_guard_first(v24_sass)
-
-
-def test_v25_loads_a_blocks_first_q_before_its_first_k(records, built):
-    """V25 is V24's launch and registers. Its producer's SASS holds the loads of Q twice, the block's
-    first (before its first K) and every later work tile's (after it, V21's order): four more TMA
-    loads than V24's. The turn is V24's."""
-    v24, v25 = records[("v24", "sm_90a")], records[("v25", "sm_90a")]
-    assert v25["launch"] == v24["launch"] and v25["registers"] == v24["registers"] and v25["spill_bytes"] == 0
-    v24_sass, v25_sass = _sass(v24, built), _sass(v25, built)
-    assert v25_sass.count("UTMALDG") == v24_sass.count("UTMALDG") + 4
-    (v24_turn,), (v25_turn,) = _turns(v24_sass), _turns(v25_sass)
-    assert abs(len(v25_turn) - len(v24_turn)) <= 2 and not any("R2UR" in line for line in v25_turn)
-    assert_softmax_between_the_waits_and_the_guard_first(v25_sass)
