@@ -444,6 +444,12 @@ def test_the_next_goal_needs_both_ratios_at_each_rivals_factor_and_the_efficienc
     assert not goal["reached"] and goal["misses"] == ["sdpa_cudnn at case", "sdpa_cudnn at S=8192"]
     hopper, paired, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.80)  # 80%: the case's 75%, not long S's 85%
     assert hopper.next_goal(paired, cycles, meta)["misses"] == ["80.0% per cycle at S=8192"]
-    del paired["points"][3]  # FlashAttention's kernel at S=8192 missing: not judged
+    assert goal["missing"] == []
+    del paired["points"][3]  # FlashAttention's kernel at S=8192 missing: not judged, and said where
     goal = hopper.next_goal(paired, cycles, meta)
-    assert not goal["complete"] and not goal["reached"]
+    assert not goal["complete"] and not goal["reached"] and goal["missing"] == ["flash_attn_cute at S=8192"]
+    del paired["points"][1]  # FlashAttention's kernel nowhere (flash-attn-4 not installed): named once
+    paired["points"][0]["cycles_ratio"] = None
+    goal = hopper.next_goal(paired, cycles[cycles.S != 8192], meta)
+    assert goal["missing"] == ["flash_attn_cute (not in this run's head-to-head)", "sdpa_cudnn's cycles at case",
+                               "the best version's cycles at S >= 8192"] and not goal["complete"]
