@@ -439,12 +439,12 @@ def test_the_next_goal_needs_both_ratios_at_each_rivals_factor_and_the_efficienc
     hopper, paired, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.90)
     goal = hopper.next_goal(paired, cycles, meta)
     assert goal["complete"] and goal["reached"] and len(goal["ratios"]) == 4 and len(goal["efficiency"]) == 2
+    assert goal["missing"] == []
     hopper, paired, cycles, meta = _next_goal_inputs(1.08, 1.12, 0.90)  # cuDNN short by graph only
     goal = hopper.next_goal(paired, cycles, meta)
     assert not goal["reached"] and goal["misses"] == ["sdpa_cudnn at case", "sdpa_cudnn at S=8192"]
     hopper, paired, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.80)  # 80%: the case's 75%, not long S's 85%
     assert hopper.next_goal(paired, cycles, meta)["misses"] == ["80.0% per cycle at S=8192"]
-    assert goal["missing"] == []
     del paired["points"][3]  # FlashAttention's kernel at S=8192 missing: not judged, and said where
     goal = hopper.next_goal(paired, cycles, meta)
     assert not goal["complete"] and not goal["reached"] and goal["missing"] == ["flash_attn_cute at S=8192"]

@@ -115,17 +115,17 @@ def next_goal(paired: dict | None, cycles: pd.DataFrame | None, meta: dict) -> d
     for e in efficiency:
         e["met"] = e["efficiency"] >= e["floor"]
     wheres = list(dict.fromkeys(p["where"] for p in paired["points"] if p["is_case"] or p["S"] >= NEXT_MIN_S))
-    missing = _next_goal_missing(wheres, factor, ratios, {e["where"] == "case" for e in efficiency})
+    missing = _next_goal_missing(wheres, factor, ratios, efficiency)
     complete = not missing
     misses = [f"{r['rival']} at {r['where']}" for r in ratios if not r["met"]]
     misses += [f"{100 * e['efficiency']:.1f}% per cycle at {e['where']}" for e in efficiency if not e["met"]]
     return {"best": paired["best"], "ratios": ratios, "efficiency": efficiency, "complete": complete,
             "reached": complete and not misses, "misses": misses, "missing": missing, "factors": factor,
-            "min_s": NEXT_MIN_S,
-            "long_s": NEXT_LONG_S, "efficiency_case": NEXT_EFFICIENCY_CASE, "efficiency_long": NEXT_EFFICIENCY_LONG}
+            "min_s": NEXT_MIN_S, "long_s": NEXT_LONG_S, "efficiency_case": NEXT_EFFICIENCY_CASE,
+            "efficiency_long": NEXT_EFFICIENCY_LONG}
 
 
-def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], counted_at: set[bool]) -> list[str]:
+def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], efficiency: list[dict]) -> list[str]:
     """What the next goal needs and the run lacks, in words: a rival with no head-to-head point at all
     (not installed, say), or the points, cycle counts and efficiencies that are missing."""
     have = {(r["where"], r["rival"]) for r in ratios}
@@ -137,9 +137,9 @@ def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], coun
         else:
             missing += [f"{rival} at {w}" for w in absent]
     missing += [f"{r['rival']}'s cycles at {r['where']}" for r in ratios if r["cycles"] is None]
-    if True not in counted_at:
+    if not any(e["where"] == "case" for e in efficiency):
         missing.append("the best version's cycles at the case")
-    if False not in counted_at:
+    if all(e["where"] == "case" for e in efficiency):
         missing.append(f"the best version's cycles at S >= {NEXT_LONG_S}")
     return missing
 
