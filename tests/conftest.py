@@ -46,6 +46,23 @@ def settings():
 
 
 @pytest.fixture(scope="session")
+def settings_file(tmp_path_factory):
+    """config.yaml as the workflow hands it to every command: its settings file (config.write_settings).
+    A command finds the kernels' sources from the repository root."""
+    return str(config.write_settings(config.read(ROOT / "config.yaml"), tmp_path_factory.mktemp("settings")))
+
+
+@pytest.fixture
+def records_settings(monkeypatch):
+    """`--settings` for a command run over the synthetic records (tests/records.py): their run's settings."""
+    import records
+    from flashbench import cli
+
+    monkeypatch.setattr(cli, "load_settings", lambda path: records.settings())
+    return ["--settings", "records.json"]
+
+
+@pytest.fixture(scope="session")
 def needs_nvcc():
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")

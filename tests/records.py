@@ -3,7 +3,7 @@ The numbers are test inputs, not measurements: nothing here is written under res
 import hashlib
 
 from flashbench import attention
-from flashbench.config import Shape, sweep_steps
+from flashbench.config import Kernel, Peer, Settings, Shape, sweep_steps
 from flashbench.files import read_json, write_json, write_text
 from flashbench.occupancy import blocks_per_sm
 from flashbench.summary import summarize
@@ -190,6 +190,21 @@ def gather(paths: dict, kernels=KERNELS):
     """summarize of `write`'s records (`paths`): summary, resources, profile tables and kernels.json."""
     return summarize(kernels + PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90", CASE,
                      paths["sweeps"], paths["profiles"], SETTINGS, expected=EXPECTED)
+
+
+def settings() -> Settings:
+    """The run these records describe, as the commands get it from their settings file. Built directly:
+    the config schema asks for more check shapes than these records need."""
+    peer_fields = ("backend", "change", "published_tflops", "max_seq_len")
+    kernel_fields = ("kind", "source", "change", "published_tflops", "published_registers", "parent", "defines", "archs",
+                     "line")
+    return Settings(
+        gpu=None, gpu_arch=None, archs=["sm_103", "sm_90"], nvcc_flags=["-O3"],
+        kernels=[Kernel(name=k["name"], **{f: k[f] for f in kernel_fields if f in k}) for k in KERNELS + HOPPER],
+        case=Shape(**CASE), check_shapes=[Shape(**CASE), Shape(**EXTRA)], check_inputs=INPUTS,
+        check_smallest=(3, 5), check_factor=GATE["factor"], tolerance=GATE["tolerance"], bench=BENCH,
+        peers=[Peer(name=p["name"], **{f: p[f] for f in peer_fields}) for p in PEERS], baseline=SETTINGS["baseline"],
+        sweep=SWEEP, headline=HEADLINE, head_to_head=SETTINGS["head_to_head"], cycles=SETTINGS["cycles"])
 
 
 def edit(path, change) -> None:

@@ -16,7 +16,6 @@ from flashbench.compile import compile_kernel
 from flashbench.config import ConfigError
 from flashbench.files import read_json, staged
 
-import records
 from conftest import ROOT
 
 TEMPLATES = ROOT / "workflow" / "templates"
@@ -121,52 +120,53 @@ def test_the_archived_report_names_the_commit_of_its_records():
     assert f"Measured at commit {gpu.measured_commit(provenance)}" in hopper
 
 
-PEER = '{"name": "sdpa_auto", "backend": "auto", "change": "x", "published_tflops": null, "max_seq_len": null}'
-SHAPE = '{"B": 1, "H": 2, "S": 128, "D": 128}'
-TIMING = ["--steps", "5", "--repeats", "5", "--warmup", "0", "--graph-replays", "1"]
-GATE = ["--factor", "2", "--tolerance", "0.005"]
-
-
-def bad_invocations(tmp_path):
+def bad_invocations(tmp_path, settings_file):
     no_passed = tmp_path / "no-passed.json"  # a check record without `passed`
-    compile_args = ["compile", "--kernel", "v11", "--source", "kernels/v11.cu", "--arch", "sm_90", "--cubin",
-                    str(tmp_path / "x.cubin"), "--record", str(tmp_path / "x.json")]
+    edited = tmp_path / "edited" / Path(settings_file).name  # a settings file changed since the workflow wrote it
+    s = ["--settings", settings_file]
     out = ["--out", str(tmp_path / "out.json")]
+    compile_args = ["compile", *s, "--arch", "sm_90", "--cubin", str(tmp_path / "x.cubin"), "--record",
+                    str(tmp_path / "x.json")]
     return {
-        "bad JSON in --flags": (compile_args + ["--flags", "[-O3"], "argument --flags: not JSON"),
-        "a flag nvcc's shell would run": (compile_args + ["--flags", '["-O3; touch x"]'], "argument --flags: "),
-        "--defines not an object": (compile_args + ["--defines", "[1,2]"], r"argument --defines: \[1, 2\] is not of type"),
-        "bad JSON in --peer": (["check", "--peer", "{bad", "--shapes", f"[{SHAPE}]", *GATE, *out], "argument --peer"),
-        "garbage --shapes for a peer": (["check", "--peer", PEER, "--shapes", "garbage", *GATE, *out],
-                                        "argument --shapes: not JSON"),
-        "a shape the kernels do not take": (["check", "--peer", PEER, "--shapes", '[{"B": 1, "H": 2, "S": 100, '
-                                             '"D": 128}]', *GATE, *out], "argument --shapes: S: 100 is less than"),
-        "an unknown kind of input": (["check", "--peer", PEER, "--shapes", f"[{SHAPE}]", "--inputs", "normal,zeros",
-                                      *GATE, *out], "'zeros' is not one of"),
-        "a negative step count": (["bench", "--peer", PEER, "--check", str(no_passed), "--shape", SHAPE, *out,
-                                   *TIMING[:1], "-5", *TIMING[2:]], "argument --steps: -5 is less than the minimum of 1"),
-        "no repeats": (["sweep", "--peer", PEER, "--check", str(no_passed), "--shapes", f"[{SHAPE}]", *out,
-                        *TIMING[:3], "0", *TIMING[4:]], "argument --repeats: 0 is less than the minimum of 1"),
-        "a missing --check file": (["bench", "--peer", PEER, "--check", str(tmp_path / "none.json"), "--shape", SHAPE,
-                                    *out, *TIMING], "none.json: cannot be read \\(No such file or directory\\)"),
-        "a check record without passed": (["bench", "--peer", PEER, "--check", str(no_passed), "--shape", SHAPE, *out,
-                                           *TIMING], "no-passed.json: key '\\w+': missing"),
+        "no settings file": (["check", "--settings", str(tmp_path / "none.json"), "--peer", "sdpa_auto", *out],
+                             "none.json: cannot be read"),
+        "an edited settings file": (["check", "--settings", str(edited), "--peer", "sdpa_auto", *out],
+                                    "is not a settings file the workflow wrote"),
+        "a kernel the settings do not run": (compile_args + ["--kernel", "v99"], "no kernel named 'v99' is run"),
+        "a peer the settings do not have": (["check", *s, "--peer", "sdpa_nope", *out], "no peer named 'sdpa_nope'"),
+        "a head-to-head point the settings do not have": (["head-to-head", *s, "--S", "3000", "--checks", "x.json",
+                                                           *out], "the head-to-head has no point at S=3000"),
+        "a head-to-head without a contestant's check": (["head-to-head", *s, "--S", "1024", "--checks",
+                                                         str(no_passed), *out], "--checks has no check record of the "
+                                                                                "contestant v24"),
+        "a count that is no number": (["head-to-head", *s, "--S", "big", "--checks", "x.json", *out],
+                                      "argument --S: invalid int value: 'big'"),
+        "a shape the kernels do not take": (["launch-once", "--cubin", "c", "--record", "r", "--shape",
+                                             '{"B": 1, "H": 2, "S": 100, "D": 128}'], "argument --shape: S: 100 is less than"),
+        "garbage --shape": (["launch-once", "--cubin", "c", "--record", "r", "--shape", "garbage"],
+                            "argument --shape: not JSON"),
+        "a missing --check file": (["bench", *s, "--peer", "sdpa_auto", "--check", str(tmp_path / "none.json"), *out],
+                                   "none.json: cannot be read \\(No such file or directory\\)"),
+        "a check record without passed": (["bench", *s, "--peer", "sdpa_auto", "--check", str(no_passed), *out],
+                                          "no-passed.json: key '\\w+': missing"),
         "missing paths to compare": (["compare", "--results", str(tmp_path / "nowhere"), "--template", "t", "--table",
                                       str(tmp_path / "t.md"), "--figure", str(tmp_path / "f.png")],
                                      "nowhere lacks summary.csv"),
-        "missing paths to summarize": (["summarize", "--kernels", "[]", "--checks", str(tmp_path / "none.json"),
-                                        "--benches", "b", "--compiled", "c", "--gpu-arch", "sm_90", "--case", SHAPE,
-                                        "--expected", records.EXPECTED.as_json(), "--out-dir", str(tmp_path / "s")],
+        "missing paths to summarize": (["summarize", *s, "--checks", str(tmp_path / "none.json"), "--benches", "b",
+                                        "--compiled", "c", "--gpu-arch", "sm_90", "--out-dir", str(tmp_path / "s")],
                                        "none.json: cannot be read"),
-        "neither a kernel nor a peer": (["check", "--shapes", f"[{SHAPE}]", *GATE, *out], "needs --cubin and --record"),
+        "neither a kernel nor a peer": (["check", *s, *out], "needs --cubin and --record"),
     }
 
 
-@pytest.mark.parametrize("case", list(bad_invocations(Path("."))))
-def test_every_bad_argument_is_one_error_line_and_exit_1(case, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("case", list(bad_invocations(Path("."), "settings.json")))
+def test_every_bad_argument_is_one_error_line_and_exit_1(case, tmp_path, capsys, monkeypatch, settings_file):
     monkeypatch.chdir(ROOT)
     (tmp_path / "no-passed.json").write_text('{"kernel": "v11"}')
-    argv, message = bad_invocations(tmp_path)[case]
+    edited = tmp_path / "edited" / Path(settings_file).name
+    edited.parent.mkdir()
+    edited.write_text(Path(settings_file).read_text().replace('"steps": 100', '"steps": 1'))
+    argv, message = bad_invocations(tmp_path, settings_file)[case]
     try:
         code = cli.main(argv)
     except SystemExit as e:
@@ -178,11 +178,12 @@ def test_every_bad_argument_is_one_error_line_and_exit_1(case, tmp_path, capsys,
 
 
 @pytest.mark.skipif(gpu.detect() is not None, reason="a GPU is here")
-def test_a_peer_asks_for_the_gpu_before_torch(tmp_path, capsys):
+def test_a_peer_asks_for_the_gpu_before_torch(tmp_path, capsys, monkeypatch, settings_file):
     """Without a GPU a peer's check fails, as a kernel's does: it never records "skipped: torch is not
     installed", which would stand in the archive as that peer's result."""
+    monkeypatch.chdir(ROOT)
     out = tmp_path / "sdpa_auto.json"
-    assert cli.main(["check", "--peer", PEER, "--shapes", f"[{SHAPE}]", *GATE, "--out", str(out)]) == 1
+    assert cli.main(["check", "--settings", settings_file, "--peer", "sdpa_auto", "--out", str(out)]) == 1
     assert capsys.readouterr().err.startswith("error: no NVIDIA GPU found") and not out.exists()
 
 

@@ -100,7 +100,8 @@ def test_ncu_is_told_to_leave_the_clocks_and_count_only_the_marked_range():
     assert "gpc__cycles_elapsed.max" in cmd[cmd.index("--metrics") + 1]
 
 
-def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_another(tmp_path, monkeypatch):
+def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_another(tmp_path, monkeypatch,
+                                                                                     records_settings):
     """The parent never touches the GPU: the driver ncu runs names what ran and at which lengths."""
     import contextlib
     import json
@@ -123,8 +124,8 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
     monkeypatch.setattr(cycles, "count", fake_count)
     monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("v22"))
     out = tmp_path / "cycles" / "v22.json"
-    args = ["cycles", "--cubin", "v22.cubin", "--record", "v22.json", "--ncu", "ncu", "--check", str(check),
-            "--shapes", json.dumps([CASE.as_dict(), LONG.as_dict()]), "--launches", "3", "--out", str(out)]
+    args = ["cycles", *records_settings, "--cubin", "v22.cubin", "--record", "v22.json", "--ncu", "ncu",
+            "--check", str(check), "--out", str(out)]
     assert cli.main(args) == 0
     record = json.loads(out.read_text())
     assert [p["S"] for p in record["points"]] == [1024] and record["points"][0]["cycles"] == 98600

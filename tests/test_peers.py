@@ -16,20 +16,17 @@ HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
 @pytest.mark.skipif(HAVE_TORCH, reason="torch is installed here")
-def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, monkeypatch):
+def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, settings_file, monkeypatch):
     """On a GPU (a stub nvidia-smi: the peer asks for it first) without torch."""
     monkeypatch.setenv("PATH", a_gpu_here(tmp_path)["PATH"])
-    peer = json.dumps(settings.peers[0].as_dict())
-    shape = json.dumps(settings.case.as_dict())
+    monkeypatch.chdir(ROOT)
     name = settings.peers[0].name  # each record is filed under its kernel's or peer's name
     check, bench = tmp_path / "check" / f"{name}.json", tmp_path / "bench" / f"{name}.json"
-    assert main(["check", "--peer", peer, "--shapes", f"[{shape}]", "--factor", "2", "--tolerance", "0.005",
-                 "--out", str(check)]) == 0
+    assert main(["check", "--settings", settings_file, "--peer", name, "--out", str(check)]) == 0
     record = json.loads(check.read_text())
     assert record == {"kernel": settings.peers[0].name, "gate": {"factor": 2.0, "tolerance": 0.005}, "passed": False,
                       "skipped": "torch is not installed", "reason": "skipped: torch is not installed", "shapes": []}
-    assert main(["bench", "--peer", peer, "--check", str(check), "--shape", shape, "--steps", "1", "--repeats", "1",
-                 "--warmup", "0", "--graph-replays", "1", "--out", str(bench)]) == 0
+    assert main(["bench", "--settings", settings_file, "--peer", name, "--check", str(check), "--out", str(bench)]) == 0
     assert json.loads(bench.read_text()) == {"kernel": settings.peers[0].name, "timed": False,
                                              "reason": "skipped: torch is not installed"}
 

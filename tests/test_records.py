@@ -1,6 +1,5 @@
 """Records that belong together: one GPU, PCI bus id and driver per archive, and what is timed,
 swept and profiled is the cubin that passed its check."""
-import json
 
 import pytest
 
@@ -51,12 +50,12 @@ def test_what_is_timed_must_be_what_passed_its_check():
         _same_as_checked("sdpa_cudnn", torch, {"torch": "2.11.0", "cudnn": "91900", "backend": "cudnn"})
 
 
-def test_profile_refuses_a_cubin_other_than_the_checked_one(tmp_path, capsys):
+def test_profile_refuses_a_cubin_other_than_the_checked_one(tmp_path, capsys, records_settings):
     paths = records.write(tmp_path, TFLOPS)
     check, record = paths["checks"][2], tmp_path / "build" / "sm_90" / "v13.json"
     edit(check, lambda r: r.update(cubin_sha256="c" * 64))
     out = tmp_path / "profile.json"
-    assert main(["profile", "--ncu", "ncu", "--cubin", "v13.cubin", "--record", str(record), "--check", str(check),
-                 "--source", "kernels/v13.cu", "--shape", json.dumps(records.CASE), "--out", str(out)]) == 1
+    assert main(["profile", *records_settings, "--ncu", "ncu", "--cubin", "v13.cubin", "--record", str(record),
+                 "--check", str(check), "--out", str(out)]) == 1
     assert "v13 is not what passed its check: cubin_sha256" in capsys.readouterr().err
     assert not out.exists()

@@ -157,14 +157,14 @@ def test_archived_report_is_what_its_results_render_to(slug, tmp_path):
             f"reports/{slug}/{name} differs from its results: run `snakemake report`"
 
 
-def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path):
+def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path, records_settings):
     from flashbench.cli import main
 
     paths = records.write(tmp_path, G3, failing="v12")
     failed_check = paths["checks"][1]
     out = tmp_path / "bench.json"
-    assert main(["bench", "--cubin", "none", "--record", "none", "--check", str(failed_check), "--out", str(out),
-                 "--shape", json.dumps(records.CASE), "--steps", "1", "--repeats", "1", "--warmup", "0", "--graph-replays", "1"]) == 0
+    assert main(["bench", *records_settings, "--cubin", "none", "--record", "none", "--check", str(failed_check),
+                 "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["timed"] is False and record["reason"].startswith("failed its check")
     assert "timing" not in record

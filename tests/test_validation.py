@@ -1,6 +1,5 @@
 """Every record is checked as it is read: a damaged, misplaced or edited one is one line naming its file
 and key, and nothing is summarized from it. The committed archive passes as it is."""
-import json
 
 import pytest
 
@@ -160,29 +159,26 @@ def test_a_record_cut_short_is_one_line_naming_it(tmp_path, capsys):
         gather(paths)
 
 
-def test_timing_refuses_a_check_that_passed_though_a_shape_failed(tmp_path, capsys):
+def test_timing_refuses_a_check_that_passed_though_a_shape_failed(tmp_path, capsys, records_settings):
     """bench and sweep take a check record's shapes over its `passed`, and refuse it before the GPU."""
     paths = records.write(tmp_path, TFLOPS)
     check = path_of(paths, "checks", "v12")
     edit(check, fail_a_shape)
-    for stage, shape in (("bench", ["--shape", json.dumps(records.CASE)]),
-                         ("sweep", ["--shapes", f"[{json.dumps(records.CASE)}]", "--case-s", "1024"])):
+    for stage in ("bench", "sweep"):
         out = tmp_path / f"{stage}.json"
-        assert main([stage, "--cubin", "v12.cubin", "--record", "v12.json", "--check", str(check), "--out", str(out),
-                     *shape, "--steps", "1", "--repeats", "1", "--warmup", "0", "--graph-replays", "1"]) == 1
+        assert main([stage, *records_settings, "--cubin", "v12.cubin", "--record", "v12.json", "--check", str(check),
+                     "--out", str(out)]) == 1
         err = capsys.readouterr().err
         assert err == f"error: {check}: key 'shapes[3].passed': false (B=2 H=16 S=2048 D=128 late_max), but the " \
                       f"record says the check passed\n"
         assert not out.exists()
 
 
-def test_the_summarize_command_says_what_is_wrong_in_one_line(tmp_path, capsys):
+def test_the_summarize_command_says_what_is_wrong_in_one_line(tmp_path, capsys, records_settings):
     paths = records.write(tmp_path, TFLOPS)
     bench = path_of(paths, "benches", "v12")
     edit(bench, lambda r: r.update(read_json(path_of(paths, "benches", "v13"))))
-    args = ["summarize", "--kernels", json.dumps(records.KERNELS + records.PEERS), "--gpu-arch", "sm_90",
-            "--case", json.dumps(records.CASE), "--settings", json.dumps(records.SETTINGS),
-            "--expected", records.EXPECTED.as_json(), "--out-dir", str(tmp_path / "out")]
+    args = ["summarize", *records_settings, "--gpu-arch", "sm_90", "--out-dir", str(tmp_path / "out")]
     for option, kind in (("--checks", "checks"), ("--benches", "benches"), ("--compiled", "compiled"),
                          ("--sweeps", "sweeps"), ("--profiles", "profiles")):
         args += [option, *map(str, paths[kind])]

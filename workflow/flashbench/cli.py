@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import FlashbenchError, attention
-from .config import ConfigError, Shape, conform
+from .config import ConfigError, Shape, conform, load_settings
 from .files import read_json, sha256, staged_folder, write_json, write_text
 from .validation import Expected, read_record
 
@@ -38,9 +38,10 @@ def cmd_compile(a) -> None:
     from .compile import CommandFailed, compile_kernel
 
     # Builds run beside each other but never beside a GPU job: every GPU's lock, shared.
+    kernel = a.settings.kernel(a.kernel)
     with gpulock.hold_shared(gpu.all_bus_ids(), f"compile {a.kernel} {a.arch}", progress=_progress):
         try:
-            record = compile_kernel(a.kernel, a.source, a.arch, a.flags, a.defines, a.cubin)
+            record = compile_kernel(a.kernel, kernel.source, a.arch, a.settings.nvcc_flags, kernel.defines, a.cubin)
         except CommandFailed as e:
             print(e.transcript, end="", flush=True)
             raise
@@ -77,8 +78,13 @@ def _gpu_held(what: str):
 
 
 def _kernel(a):
-    """The implementation a check / bench / sweep / profile runs: a compiled kernel or a peer."""
-    return _implementation(a.peer, a.cubin, a.record)
+    """The implementation a check / bench / sweep / cycles runs: a compiled kernel or a configured peer."""
+    return _implementation(_peer_of(a), a.cubin, a.record)
+
+
+def _peer_of(a):
+    """The config.Peer `--peer` names, or None for a kernel."""
+    return a.settings.peer(a.peer) if a.peer else None
 
 
 def _implementation(peer, cubin: str | None, record_path: str | None):
@@ -102,7 +108,7 @@ def _implementation(peer, cubin: str | None, record_path: str | None):
 
 
 def _name(a) -> str:
-    return a.peer.name if a.peer else read_record(a.record, "compile")["kernel"]
+    return a.peer if a.peer else read_record(a.record, "compile")["kernel"]
 
 
 def cmd_check(a) -> None:
@@ -110,7 +116,8 @@ def cmd_check(a) -> None:
     from .check import Gate, check_kernel
     from .peers import PeerUnavailable, require
 
-    gate = Gate(factor=a.factor, tolerance=a.tolerance)
+    settings = a.settings
+    gate = Gate(factor=settings.check_factor, tolerance=settings.tolerance)
     gpu.require()  # a missing GPU fails the stage; only what stays true on a GPU is recorded as skipped
 
     def skipped(reason) -> None:  # no torch, another GPU's kernel, no library kernel here: the run goes on
@@ -121,7 +128,7 @@ def cmd_check(a) -> None:
 
     try:
         if a.peer:
-            require(a.peer)
+            require(_peer_of(a))
         else:
             _runnable_here(a.record)
     except (PeerUnavailable, NotRunnableHere) as e:
@@ -131,7 +138,8 @@ def cmd_check(a) -> None:
             kernel = _kernel(a)
         except PeerUnavailable as e:  # the library imports, but has no kernel for this GPU
             return skipped(e)
-        result = check_kernel(kernel, a.shapes, gate, kinds=a.inputs, smallest=a.smallest, progress=_progress)
+        result = check_kernel(kernel, settings.check_shapes, gate, kinds=settings.check_inputs,
+                              smallest=settings.check_smallest, progress=_progress)
         write_json(a.out, {**result, **kernel.identity, "provenance": gpu.provenance()})
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
 
@@ -179,10 +187,13 @@ def _timed(a, what: str, run) -> None:
 def cmd_bench(a) -> None:
     from .timing import bench
 
+    shape, counts = a.settings.case, a.settings.bench
+
     def run(kernel, seed, sampler):
-        _progress(f"bench {kernel.name}: {a.shape}, {a.steps}-step method + {a.repeats} timed calls + graph")
-        timing = bench(kernel, a.shape, a.steps, a.repeats, a.warmup, seed, a.graph_replays, sampler)
-        print(f"{kernel.name}: {timing['tflops']:.1f} TFLOPS ({a.steps}-step), median {timing['tflops_median']:.1f}, "
+        _progress(f"bench {kernel.name}: {shape}, {counts['steps']}-step method + {counts['repeats']} timed calls + graph")
+        timing = bench(kernel, shape, counts["steps"], counts["repeats"], counts["warmup"], seed, counts["graph_replays"],
+                       sampler)
+        print(f"{kernel.name}: {timing['tflops']:.1f} TFLOPS ({counts['steps']}-step), median {timing['tflops_median']:.1f}, "
               f"graph {timing['tflops_graph']:.1f}" + (" THROTTLED" if timing["clocks"]["throttled"] else ""))
         return {"timing": timing}
 
@@ -192,9 +203,14 @@ def cmd_bench(a) -> None:
 def cmd_sweep(a) -> None:
     from .timing import sweep
 
+    settings = a.settings
+    if not settings.sweep:
+        raise FlashbenchError("no sweep in the settings (config key 'sweep')")
+    counts = settings.sweep
+
     def run(kernel, seed, sampler):
-        points = sweep(kernel, a.shapes, a.steps, a.case_s, a.repeats, a.warmup, seed, a.graph_replays, sampler,
-                       progress=_progress)
+        points = sweep(kernel, settings.sweep_shapes(), counts["steps"], settings.case.S, counts["repeats"],
+                       counts["warmup"], seed, counts["graph_replays"], sampler, progress=_progress)
         print(f"{kernel.name}: timed at {sum(p['timed'] for p in points)} of {len(points)} lengths")
         return {"points": points}
 
@@ -220,15 +236,16 @@ def cmd_profile(a) -> None:
         return
     record = read_record(a.record, "compile")
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
+    shape = a.settings.case
     with _gpu_held(f"profile {record['kernel']}"):
         try:
-            readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(a.source), a.shape, progress=_progress)
+            readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(record["source"]), shape, progress=_progress)
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
             write_json(a.out, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
             print(f"{check['kernel']}: not profiled, {e}")
             return
         provenance = gpu.provenance()
-    write_json(a.out, {"kernel": record["kernel"], "profiled": True, "reason": None, **a.shape.as_dict(),
+    write_json(a.out, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
                        "cubin_sha256": record["cubin_sha256"], **readings, "provenance": provenance})
     m = readings["metrics"]
     print(f"{record['kernel']}: " + ", ".join(f"{key} {m[key]}" for key in ("duration_us", "lsu_pipe_pct", "registers",
@@ -244,31 +261,51 @@ def cmd_head_to_head(a) -> None:
     from .clocks import ClockSampler, EnergyCounter
     from .headtohead import measure
 
-    shape, entries = a.shape, a.contestants
+    settings = a.settings
+    if not settings.head_to_head:
+        raise FlashbenchError("no head-to-head in the settings (config keys 'headline' and 'head_to_head')")
+    shape = settings.head_to_head_shape(a.S)
+    checks, cubins = _by_name(a.checks, "--checks"), _by_name(a.cubins, "--cubins")
     excluded, admitted = {}, []
-    for entry in entries:
-        check = read_record(entry["check"], "check")
+    for name in settings.contestants:
+        if name not in checks:
+            raise FlashbenchError(f"--checks has no check record of the contestant {name} (a file {name}.json)")
+        if name not in {p.name for p in settings.peers} and name not in cubins:
+            raise FlashbenchError(f"--cubins has no build of the contestant {name} (a file {name}.cubin)")
+        check = read_record(checks[name], "check")
         if check["passed"]:
-            admitted.append((entry, check))
+            admitted.append((name, check))
         else:
-            excluded[check["kernel"]] = check["reason"] if check.get("skipped") else f"failed its check: {check['reason']}"
+            excluded[name] = check["reason"] if check.get("skipped") else f"failed its check: {check['reason']}"
     with _gpu_held(f"head-to-head {shape}"):
         import cupy as cp
 
         impls = []
-        for entry, check in admitted:
-            peer = _peer_of(entry["peer"]) if "peer" in entry else None
-            impl = _implementation(peer, entry.get("cubin"), entry.get("record"))
+        for name, check in admitted:
+            if name in cubins:
+                impl = _implementation(None, cubins[name], cubins[name].with_suffix(".json"))
+            else:
+                impl = _implementation(settings.peer(name), None, None)
             _same_as_checked(impl.name, impl.identity, check)
             impls.append(impl)
         bus_id = cp.cuda.Device().pci_bus_id
         with ClockSampler(bus_id) as sampler:
-            record = measure(impls, shape, a.settings, secrets.randbits(32), sampler,
+            record = measure(impls, shape, settings.head_to_head, secrets.randbits(32), sampler,
                              EnergyCounter.open(bus_id), progress=_progress) if impls else None
         record = record or {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
-        write_json(a.out, {**record, "is_case": shape == a.case, "excluded": {**excluded, **record["excluded"]},
+        write_json(a.out, {**record, "is_case": shape == settings.case, "excluded": {**excluded, **record["excluded"]},
                            "provenance": gpu.provenance()})
     print(f"head-to-head at {shape}: {len(impls)} contestants" + (f", {len(excluded)} left out" if excluded else ""))
+
+
+def _by_name(paths: list[str], option: str) -> dict[str, Path]:
+    """Files named after what they are of (results/<gpu>/check/v24.json, build/sm_90a/v24.cubin), by that name."""
+    by_name = {}
+    for path in map(Path, paths):
+        if path.stem in by_name:
+            raise FlashbenchError(f"{option}: two files for {path.stem} ({by_name[path.stem]}, {path})")
+        by_name[path.stem] = path
+    return by_name
 
 
 def cmd_cycles(a) -> None:
@@ -279,22 +316,27 @@ def cmd_cycles(a) -> None:
     from . import gpu
     from .cycles import count, points
 
+    settings = a.settings
+    if not settings.cycles:
+        raise FlashbenchError("no cycle counts in the settings (config key 'cycles')")
+    launches = settings.cycles["launches"]
     check = read_record(a.check, "check")
     if _refused(check, a.out, "counted"):
         return
     with _gpu_held(f"cycles {check['kernel']}"), tempfile.TemporaryDirectory() as tmp:
         identity_file = Path(tmp) / "identity.json"
-        target = (["--peer", json.dumps(a.peer.as_dict())] if a.peer else ["--cubin", a.cubin, "--record", a.record]) + \
-            ["--identity-out", str(identity_file)]
+        target = ["--settings", a.settings_file] + (["--peer", a.peer] if a.peer else ["--cubin", a.cubin, "--record", a.record]) \
+            + ["--identity-out", str(identity_file)]
         try:
-            kernels, ncu_version = count(a.ncu, target, a.shapes, a.launches, progress=_progress)
+            kernels, ncu_version = count(a.ncu, target, settings.cycle_shapes(check["kernel"]), launches,
+                                         progress=_progress)
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
             write_json(a.out, {"kernel": check["kernel"], "counted": False, "reason": str(e)})
             print(f"{check['kernel']}: not counted, {e}")
             return
         ran = read_json(identity_file)
         _same_as_checked(check["kernel"], ran["identity"], check)
-        readings = {"points": points(kernels, [Shape(**s) for s in ran["shapes"]], a.launches), "ncu": ncu_version}
+        readings = {"points": points(kernels, [Shape(**s) for s in ran["shapes"]], launches), "ncu": ncu_version}
         provenance = gpu.provenance()
     write_json(a.out, {"kernel": check["kernel"], "counted": True, "reason": None, **ran["identity"],
                        "sm_count": provenance["sm_count"], **readings, "provenance": provenance})
@@ -305,9 +347,12 @@ def cmd_launch_marked(a) -> None:
     """What ncu counts cycles of (cycles.launch_marked); --identity-out: where to say what ran."""
     from .cycles import launch_marked
 
+    settings = a.settings
+    if not settings.cycles:
+        raise FlashbenchError("no cycle counts in the settings (config key 'cycles')")
     with _gpu_held(f"launch-marked {_name(a)}"):  # under `cycles`, its parent holds the GPU already
         impl = _kernel(a)
-        ran = launch_marked(impl, a.shapes, a.launches)
+        ran = launch_marked(impl, settings.cycle_shapes(impl.name), settings.cycles["launches"])
         if a.identity_out:
             write_json(a.identity_out, {"identity": impl.identity, "shapes": [s.as_dict() for s in ran]})
 
@@ -316,20 +361,26 @@ def cmd_summarize(a) -> None:
     from . import cycles, headtohead
     from .summary import summarize
 
-    expected = Expected.from_json(a.expected)
+    settings = a.settings
+    expected = Expected.from_settings(settings)
     points = [read_record(p, "head_to_head", expected) for p in a.head_to_heads]
     counts = [read_record(p, "cycles", expected) for p in a.cycles]
     # each point's contestants and each count held to one GPU and the cubins built now, as the rest
     more = {"cycles": {r["kernel"]: r for r in counts}, **{f"head_to_head/S{p['S']}": headtohead.as_records(p)
                                                           for p in points}}
-    summary, resources, profiles, meta = summarize(a.kernels, a.checks, a.benches, a.compiled, a.gpu_arch,
-                                                   a.case.as_dict(), a.sweeps, a.profiles, a.settings, expected=expected,
-                                                   more_records=more)
+    profile_note, cycles_note = settings.profiling_notes(ncu_found=bool(a.profiles))
+    run = {"baseline": settings.baseline, "sweep": settings.sweep, "profile_note": profile_note,
+           "headline": settings.headline, "head_to_head": settings.head_to_head, "cycles": settings.cycles,
+           "cycles_note": cycles_note}
+    entries, case = settings.entries(), settings.case.as_dict()
+    summary, resources, profiles, meta = summarize(entries, a.checks, a.benches, a.compiled, a.gpu_arch, case,
+                                                   a.sweeps, a.profiles, run, expected=expected, more_records=more)
+    meta["settings"] = settings.mapping
     tables = {"summary": summary, "resources": resources, "profile": profiles}
-    if a.settings.get("head_to_head"):  # asked for in config: written, if only with its header
-        tables["head_to_head"] = headtohead.table(points, a.settings)
-    if a.settings.get("cycles"):
-        tables["cycles"] = cycles.table(counts, a.kernels, a.case.as_dict())
+    if settings.head_to_head:  # asked for in config: written, if only with its header
+        tables["head_to_head"] = headtohead.table(points, run)
+    if settings.cycles:
+        tables["cycles"] = cycles.table(counts, entries, case)
     out = Path(a.out_dir)
     with staged_folder(out, [f"{name}.csv" for name in tables] + ["kernels.json"]) as staging:  # all, or none
         for name, table in tables.items():
@@ -394,181 +445,98 @@ class Parser(argparse.ArgumentParser):
         self.exit(1, f"error: {self.prog}: {message}\n")
 
 
-def _json(text: str):
+def _shape(text: str) -> Shape:
+    """An argument type: a shape {B, H, S, D} as JSON, one the kernels take (the config schema's shape)."""
     try:
-        return json.loads(text)
+        return Shape(**conform(json.loads(text), "$defs/shape", ""))
     except json.JSONDecodeError as e:
         raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
-
-
-def _schema_says(value, pointer: str):
-    """`value` if the config schema takes it at `pointer` ("$defs/shape"), else the argument's error."""
-    try:
-        return conform(value, pointer, "")
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _conforming(pointer: str, then=lambda value: value):
-    """An argument type: JSON (a number, for a count) that the config schema takes at `pointer`."""
-    return lambda text: then(_schema_says(_json(text), pointer))
+SETTINGS_HELP = "the run's settings file (the workflow writes it from config.yaml: build/settings/<digest>.json)"
 
 
-def _json_of(kind: type):
-    def parse(text: str):
-        value = _json(text)
-        if not isinstance(value, kind):
-            raise argparse.ArgumentTypeError(f"not a JSON {kind.__name__}: {text!r}")
-        return value
-
-    return parse
+def _settings_option(p) -> None:
+    p.add_argument("--settings", dest="settings_file", required=True, help=SETTINGS_HELP)
 
 
-_shape = _conforming("$defs/shape", lambda s: Shape(**s))
-
-
-def _shapes(text: str) -> list[Shape]:
-    shapes = _json_of(list)(text)
-    if not shapes:
-        raise argparse.ArgumentTypeError("no shapes")
-    return [Shape(**_schema_says(s, "$defs/shape")) for s in shapes]
-
-
-def _smallest(text: str) -> tuple[int, int]:
-    value = _json_of(list)(text)
-    if len(value) != 2:
-        raise argparse.ArgumentTypeError(f"not [B, H]: {text!r}")
-    return _schema_says(value[0], "$defs/shape/properties/B"), _schema_says(value[1], "$defs/shape/properties/H")
-
-
-def _inputs(text: str) -> list[str]:
-    return _schema_says(text.split(","), "properties/check/properties/inputs")
-
-
-def _peer_of(entry: dict):
-    """A config.Peer from its config entry with its name (config.Peer.as_dict), as the rules pass it;
-    ConfigError where the config schema would not take it."""
-    from .config import Peer
-
-    entry = dict(entry)
-    name = entry.pop("name", None)
-    if not isinstance(name, str):
-        raise ConfigError(f"a peer's entry has no name: {entry}")
-    conform(name, "properties/peers/propertyNames", "")
-    spec = {key: value for key, value in entry.items() if value is not None}  # as_dict's unset keys
-    return Peer(name=name, **conform(spec, "$defs/peer", ""))
-
-
-def _peer(text: str):
-    """An argument type: a peer's config entry with its name, as JSON."""
-    try:
-        return _peer_of(_json_of(dict)(text))
-    except ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+def _implementation_options(p, peer_help: str = "a peer instead: its name in config's peers") -> None:
+    p.add_argument("--cubin", help="a kernel: its cubin")
+    p.add_argument("--record", help="a kernel: its compile record")
+    p.add_argument("--peer", help=peer_help)
 
 
 def parser() -> argparse.ArgumentParser:
+    """The command line's shape: which options each command takes. What they mean comes from the settings
+    file (the validated config), which every stage of a run reads whole."""
     p = Parser(prog="flashbench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("compile", help="nvcc one kernel for one arch and record ptxas's report")
-    c.add_argument("--kernel", required=True)
-    c.add_argument("--source", required=True)
+    _settings_option(c)
+    c.add_argument("--kernel", required=True, help="its name in config's kernels (source, defines, nvcc flags)")
     c.add_argument("--arch", required=True)
-    c.add_argument("--flags", default=[], type=_conforming("properties/nvcc_flags"), help="JSON list of nvcc flags")
-    c.add_argument("--defines", default={}, type=_conforming("$defs/kernel/properties/defines"),
-                   help="JSON object of -D parameters: identifiers and numbers")
     c.add_argument("--cubin", required=True)
     c.add_argument("--record", required=True)
     c.set_defaults(run=cmd_compile)
 
-    for name, fn, helptext in (("check", cmd_check, "run a kernel or peer on random inputs against the fp32 reference"),
-                               ("bench", cmd_bench, "time a kernel or peer that passed its check, at one shape"),
-                               ("sweep", cmd_sweep, "time a kernel or peer that passed its check, at several shapes")):
+    for name, fn, helptext in (
+            ("check", cmd_check, "run a kernel or peer on random inputs against the fp32 reference"),
+            ("bench", cmd_bench, "time a kernel or peer that passed its check, at the case"),
+            ("sweep", cmd_sweep, "time a kernel or peer that passed its check, at the sweep's lengths"),
+            ("cycles", cmd_cycles, "Nsight Compute's cycle counts of a kernel or peer that passed its check"),
+            ("launch-marked", cmd_launch_marked, "calls between marker kernels (what cycles profiles)")):
         s = sub.add_parser(name, help=helptext)
-        s.add_argument("--cubin", help="a kernel: its cubin")
-        s.add_argument("--record", help="a kernel: its compile record")
-        s.add_argument("--peer", type=_peer, help="a PyTorch peer instead: its config entry as JSON")
-        s.add_argument("--out", required=True)
+        _settings_option(s)
+        _implementation_options(s)
         s.set_defaults(run=fn)
-        if name == "check":
-            s.add_argument("--shapes", type=_shapes, required=True, help="JSON list of {B, H, S, D}")
-            s.add_argument("--inputs", type=_inputs, default=["normal"],
-                           help="comma-separated kinds of input (attention.INPUT_KINDS)")
-            s.add_argument("--smallest", type=_smallest, help="JSON [B, H]: also check a kernel at its smallest S with these")
-            s.add_argument("--factor", type=_conforming("properties/check/properties/factor"), required=True,
-                           help="times plain fp16's error")
-            s.add_argument("--tolerance", type=_conforming("properties/check/properties/tolerance"), required=True,
-                           help="cap on the whole-tensor relative error")
-        else:
+        if name == "launch-marked":
+            s.add_argument("--identity-out", help="write what ran (cubin hash, library versions) and at which shapes here")
+            continue
+        if name != "check":
             s.add_argument("--check", required=True, help="its check record")
-            if name == "bench":
-                s.add_argument("--shape", type=_shape, required=True, help="JSON {B, H, S, D}")
-            else:
-                s.add_argument("--shapes", type=_shapes, required=True, help="JSON list of {B, H, S, D}")
-                s.add_argument("--case-s", type=_conforming("$defs/shape/properties/S"), required=True,
-                               help="the case's S: --steps is the count there, each length gets as many as do that work")
-            for count in ("steps", "repeats", "warmup", "graph_replays"):  # at least 1 (warmup: 0)
-                s.add_argument(f"--{count.replace('_', '-')}", type=_conforming(f"$defs/timing/properties/{count}"),
-                               required=True)
+        if name == "cycles":
+            s.add_argument("--ncu", required=True, help="the ncu executable")
+        s.add_argument("--out", required=True)
 
     s = sub.add_parser("launch-once", help="launch a kernel once on random inputs (what the profiler runs)")
     s.add_argument("--cubin", required=True)
     s.add_argument("--record", required=True)
-    s.add_argument("--shape", type=_shape, required=True)
+    s.add_argument("--shape", type=_shape, required=True, help="JSON {B, H, S, D}")
     s.add_argument("--inputs", choices=attention.INPUT_KINDS, default="normal",
                    help="the kind of random input (compute-sanitizer runs the rare paths on the others)")
     s.set_defaults(run=cmd_launch_once, peer=None)
 
-    s = sub.add_parser("profile", help="Nsight Compute readings of a kernel that passed its check")
+    s = sub.add_parser("profile", help="Nsight Compute readings of a kernel that passed its check, at the case")
+    _settings_option(s)
     s.add_argument("--ncu", required=True, help="the ncu executable")
     s.add_argument("--cubin", required=True)
     s.add_argument("--record", required=True)
     s.add_argument("--check", required=True)
-    s.add_argument("--source", required=True, help="the kernel file, to attribute stalls to its lines")
-    s.add_argument("--shape", type=_shape, required=True)
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_profile)
 
-    s = sub.add_parser("head-to-head", help="the headline versions against the rivals at one shape, paired")
-    s.add_argument("--contestants", type=_json_of(list), required=True,
-                   help="JSON list of {check, and cubin + record (a kernel) or peer (its config entry)}")
-    s.add_argument("--shape", type=_shape, required=True, help="JSON {B, H, S, D}")
-    s.add_argument("--case", type=_shape, required=True, help="JSON {B, H, S, D} of the case")
-    s.add_argument("--settings", type=_conforming("properties/head_to_head"), required=True,
-                   help="JSON: config's head_to_head")
+    s = sub.add_parser("head-to-head", help="the headline versions against the rivals at one length, paired")
+    _settings_option(s)
+    s.add_argument("--S", type=int, required=True, help="the point's length: the case's or one of the sweep's")
+    s.add_argument("--checks", nargs="+", required=True, help="every contestant's check record (<name>.json)")
+    s.add_argument("--cubins", nargs="*", default=[],
+                   help="every contestant kernel's build (<name>.cubin, its compile record beside it)")
     s.add_argument("--out", required=True)
     s.set_defaults(run=cmd_head_to_head)
 
-    for name, fn, helptext in (("cycles", cmd_cycles, "Nsight Compute's cycle counts of a kernel or peer that passed its check"),
-                               ("launch-marked", cmd_launch_marked, "calls between marker kernels (what cycles profiles)")):
-        s = sub.add_parser(name, help=helptext)
-        s.add_argument("--cubin", help="a kernel: its cubin")
-        s.add_argument("--record", help="a kernel: its compile record")
-        s.add_argument("--peer", type=_peer, help="a peer instead: its config entry as JSON")
-        s.add_argument("--shapes", type=_shapes, required=True, help="JSON list of {B, H, S, D}")
-        s.add_argument("--launches", type=_conforming("properties/cycles/properties/launches"), required=True)
-        s.set_defaults(run=fn)
-        if name == "cycles":
-            s.add_argument("--ncu", required=True, help="the ncu executable")
-            s.add_argument("--check", required=True, help="its check record")
-            s.add_argument("--out", required=True)
-        else:
-            s.add_argument("--identity-out", help="write what ran (cubin hash, library versions) and at which shapes here")
-
-    s = sub.add_parser("summarize", help="gather one GPU's records into summary.csv, resources.csv, kernels.json")
-    s.add_argument("--kernels", type=_json_of(list), required=True, help="JSON list of the kernels' config entries, in table order")
+    s = sub.add_parser("summarize", help="gather one GPU's records into its tables and kernels.json")
+    _settings_option(s)
     s.add_argument("--checks", nargs="+", required=True)
     s.add_argument("--benches", nargs="+", required=True)
     s.add_argument("--compiled", nargs="+", required=True)
     s.add_argument("--sweeps", nargs="*", default=[])
-    s.add_argument("--profiles", nargs="*", default=[])
+    s.add_argument("--profiles", nargs="*", default=[], help="none: the run was not profiled (settings say why)")
     s.add_argument("--head-to-heads", nargs="*", default=[])
     s.add_argument("--cycles", nargs="*", default=[])
     s.add_argument("--gpu-arch", required=True)
-    s.add_argument("--case", type=_shape, required=True)
-    s.add_argument("--settings", type=_json_of(dict), default={}, help="JSON: baseline, sweep settings, profile note")
-    s.add_argument("--expected", required=True, help="JSON: what the records must show (validation.Expected)")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(run=cmd_summarize)
 
@@ -616,6 +584,10 @@ def main(argv=None) -> int:
     if args.command in ("check", "bench", "sweep", "cycles", "launch-marked") and not (args.peer or (args.cubin and args.record)):
         p.error(f"{args.command} needs --cubin and --record (a kernel) or --peer (a PyTorch peer)")
     try:
+        if hasattr(args, "settings_file"):
+            args.settings = load_settings(args.settings_file)
+            if getattr(args, "peer", None):
+                args.settings.peer(args.peer)  # a peer the settings do not have: said before anything runs
         args.run(args)
     except FlashbenchError as e:
         print(f"error: {e}", file=sys.stderr)

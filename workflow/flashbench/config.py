@@ -1,6 +1,8 @@
 """Load and validate config.yaml: the JSON schema first, then what a schema cannot say."""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +88,54 @@ class Settings:
     headline: list[str] = field(default_factory=list)  # the Hopper line's best versions, best first
     head_to_head: dict | None = None
     cycles: dict | None = None
+    mapping: dict = field(default_factory=dict, repr=False, compare=False)  # the validated config it was made of
+
+    def used_by(self, stage: str, name: str | None = None):
+        """What of the settings `stage`'s command reads (for `name`, a kernel or peer, where the stage runs
+        one): its rule's params carry a digest of it, so that Snakemake reruns a job when what it read
+        changes, and only then. The summary reads them all."""
+        peer = {"peer": self.peer(name).as_dict()} if name in {p.name for p in self.peers} else {}
+        case = self.case.as_dict()
+        if stage == "compile":
+            kernel = self.kernel(name)
+            return {"nvcc_flags": self.nvcc_flags, "source": kernel.source, "defines": kernel.defines}
+        if stage == "check":
+            return {**peer, "shapes": [s.as_dict() for s in self.check_shapes], "inputs": self.check_inputs,
+                    "smallest": self.check_smallest, "factor": self.check_factor, "tolerance": self.tolerance}
+        if stage == "bench":
+            return {**peer, "case": case, "bench": self.bench}
+        if stage == "sweep":
+            return {**peer, "case": case, "sweep": self.sweep}
+        if stage == "profile":
+            return {"case": case}
+        if stage == "head_to_head":
+            return {"case": case, "sweep": self.sweep, "contestants": self.contestants,
+                    "peers": [self.peer(n).as_dict() for n in self.contestants if n not in self.headline],
+                    "head_to_head": self.head_to_head}
+        if stage == "cycles":
+            return {**peer, "shapes": [s.as_dict() for s in self.cycle_shapes(name)], "cycles": self.cycles}
+        if stage == "summarize":
+            return self.mapping
+        raise ConfigError(f"no stage {stage!r} reads the settings")
+
+    def entries(self) -> list[dict]:
+        """What each kernel and peer is, in table order, as kernels.json lists them."""
+        fields = ("kind", "source", "defines", "change", "published_tflops", "published_registers", "parent", "archs",
+                  "line")
+        return ([{"name": k.name, **{f: getattr(k, f) for f in fields}} for k in self.kernels]
+                + [{**p.as_dict(), "kind": "peer"} for p in self.peers])
+
+    def profiling_notes(self, ncu_found: bool) -> tuple[str | None, str | None]:
+        """Why the profile and the cycle counts are not in the run (None where they are): not asked for
+        (config `ncu: false`, no `cycles`), or no Nsight Compute found (config `ncu`, else ncu on PATH)."""
+        if self.ncu is False:
+            profile = "not asked for (config ncu: false)"
+        elif not ncu_found:
+            profile = f"skipped: {self.ncu or 'ncu'} was not found on this machine"
+        else:
+            profile = None
+        cycles = profile or (None if self.cycles else "not asked for (no cycles in config.yaml)")
+        return profile, cycles
 
     def sweep_shapes(self) -> list[Shape]:
         if not self.sweep:
@@ -102,6 +152,28 @@ class Settings:
             if kernel.name == name:
                 return kernel
         raise ConfigError(f"no kernel named {name!r} is run (config key 'versions')")
+
+    def peer(self, name: str) -> Peer:
+        for peer in self.peers:
+            if peer.name == name:
+                return peer
+        raise ConfigError(f"no peer named {name!r} (config key 'peers')")
+
+    @property
+    def contestants(self) -> list[str]:
+        """The head-to-head's contestants: the headline versions, then the rivals."""
+        return self.headline + (self.head_to_head["rivals"] if self.head_to_head else [])
+
+    def head_to_head_shape(self, S: int) -> Shape:
+        """The head-to-head's point at length S (one of headline_shapes)."""
+        for shape in self.headline_shapes():
+            if shape.S == S:
+                return shape
+        raise ConfigError(f"the head-to-head has no point at S={S} (the case and config key 'sweep.S')")
+
+    def cycle_shapes(self, name: str) -> list[Shape]:
+        """Where `name` is counted: a contestant at every point of the head-to-head, the rest at the case."""
+        return self.headline_shapes() if name in self.contestants else [self.case]
 
 
 def conform(value, pointer: str, what: str):
@@ -128,15 +200,18 @@ def supported_archs() -> list[str]:
     return list(schemas.load("config")["$defs"]["arch"]["enum"])
 
 
-def validate(config: dict, root: Path | str = ".") -> Settings:
-    """Check a loaded config; raise ConfigError naming the first bad key, else return Settings."""
-    # Imported here: the pipeline's commands import this module for Shape and Peer alone, and
-    # jsonschema would be half of each one's start-up (sixteen compile jobs, for one).
-    from . import schemas
+def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = False) -> Settings:
+    """Check a loaded config; raise ConfigError naming the first bad key, else return Settings.
+    `schema_checked`: the config is a settings file the workflow wrote once it had checked it (see
+    load_settings), so the JSON schema is not applied again."""
+    if not schema_checked:
+        # Imported here: jsonschema would be most of a command's start-up, and the commands read a
+        # settings file that was checked already (load_settings).
+        from . import schemas
 
-    error = schemas.first_error(schemas.Validator(schemas.load("config")), config)
-    if error:
-        raise ConfigError(f"config key '{error[0]}': {error[1]}")
+        error = schemas.first_error(schemas.Validator(schemas.load("config")), config)
+        if error:
+            raise ConfigError(f"config key '{error[0]}': {error[1]}")
 
     definitions = config["kernels"]
     kernels = []
@@ -210,10 +285,12 @@ def validate(config: dict, root: Path | str = ".") -> Settings:
         headline=headline,
         head_to_head=dict(head_to_head) if head_to_head else None,
         cycles=dict(config["cycles"]) if config.get("cycles") else None,
+        mapping=config,
     )
 
 
-def load(path: Path | str) -> Settings:
+def read(path: Path | str) -> dict:
+    """The config mapping in a YAML file, not yet validated."""
     path = Path(path)
     try:
         config = yaml.safe_load(path.read_text())
@@ -221,4 +298,46 @@ def load(path: Path | str) -> Settings:
         raise ConfigError(f"cannot read {path}: {e}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path} must hold a mapping of config keys")
-    return validate(config, root=path.parent)
+    return config
+
+
+def load(path: Path | str, root: Path | str | None = None) -> Settings:
+    """The validated settings of a config file; kernel sources are found under `root` (default: the
+    file's folder, where config.yaml sits beside kernels/)."""
+    return validate(read(path), root=Path(path).parent if root is None else root)
+
+
+def digest(value) -> str:
+    """A short hash of a JSON-able value: what a rule's params carry of the settings it depends on, so
+    that Snakemake reruns it when they change (and only then)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_settings(path: Path | str, root: Path | str = ".") -> Settings:
+    """The settings of a run from the file write_settings made of its validated config. Its name is its
+    content's digest: a file edited since (or not written by the workflow) is refused rather than
+    trusted without the schema."""
+    from .files import read_json
+
+    path = Path(path)
+    try:
+        config = read_json(path)
+    except FlashbenchError as e:
+        raise ConfigError(str(e)) from None
+    if not isinstance(config, dict) or path.stem != digest(config):
+        raise ConfigError(f"{path} is not a settings file the workflow wrote (its name is not its content's "
+                          f"digest): let snakemake write it, or give the config file itself")
+    return validate(config, root, schema_checked=True)
+
+
+def write_settings(config: dict, folder: Path | str) -> Path:
+    """The workflow's config (config.yaml with every --config overlay, validated) as one file that every
+    command of the run reads (`--settings`): folder/<digest>.json, named by its content, so that runs with
+    different overlays never share one and rewriting it changes nothing (written whole, once)."""
+    from .files import write_text
+
+    text = json.dumps(config, indent=1, sort_keys=True) + "\n"
+    path = Path(folder) / f"{digest(config)}.json"
+    if not path.is_file() or path.read_text() != text:
+        write_text(path, text)
+    return path

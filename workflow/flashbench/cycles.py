@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import statistics
 import sys
 import tempfile
@@ -46,10 +45,10 @@ def command(ncu: str, report: Path, driver: list[str]) -> list[str]:
             "--export", str(report), "--force-overwrite", *driver]
 
 
-def driver_command(target: list[str], shapes: list[Shape], launches: int) -> list[str]:
-    """`python -m flashbench launch-marked` for `target` (--cubin/--record or --peer arguments)."""
-    return [sys.executable, "-m", "flashbench", "launch-marked", *target,
-            "--shapes", json.dumps([s.as_dict() for s in shapes]), "--launches", str(launches)]
+def driver_command(target: list[str]) -> list[str]:
+    """`python -m flashbench launch-marked` for `target` (--settings, and --cubin/--record or --peer: the
+    settings say at which shapes and how many launches)."""
+    return [sys.executable, "-m", "flashbench", "launch-marked", *target]
 
 
 def launch_marked(impl, shapes: list[Shape], launches: int) -> list[Shape]:
@@ -163,11 +162,12 @@ def efficiency_per_cycle(shape: Shape, cycles: float, sm_count: int) -> float:
 
 
 def count(ncu: str, target: list[str], shapes: list[Shape], launches: int, progress=print) -> tuple[list[dict], str]:
-    """Run ncu over the driver for `target`: the kernels it profiled (parse_kernels) and ncu's version."""
+    """Run ncu over the driver for `target` (driver_command), which makes `launches` calls at each of
+    `shapes`: the kernels it profiled (parse_kernels) and ncu's version."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "cycles"
         progress(f"cycles: ncu over {launches} calls at {', '.join(f'S={s.S}' for s in shapes)}")
-        run(command(ncu, report, driver_command(target, shapes, launches)), "ncu")
+        run(command(ncu, report, driver_command(target)), "ncu")
         raw = raw_page(ncu, f"{report}.ncu-rep")
     return parse_kernels(raw), version(ncu)
 

@@ -14,17 +14,12 @@ if GPU_MODE:
         log:
             f"logs/{GPU_SLUG}/bench/{{kernel}}.log",
         params:
-            shape=json.dumps(SETTINGS.case.as_dict()),
-            steps=SETTINGS.bench["steps"],
-            repeats=SETTINGS.bench["repeats"],
-            warmup=SETTINGS.bench["warmup"],
-            graph_replays=SETTINGS.bench["graph_replays"],
+            settings=settings_of("bench"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench bench --cubin {input.cubin} --record {input.record} --check {input.check}"
-            " --shape {params.shape:q} --steps {params.steps} --repeats {params.repeats} --warmup {params.warmup}"
-            " --graph-replays {params.graph_replays} --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench bench --settings {SETTINGS_FILE} --cubin {input.cubin} --record {input.record}"
+            " --check {input.check} --out {output} 2>&1 | tee {log}"
 
     rule bench_peer:
         input:
@@ -36,18 +31,12 @@ if GPU_MODE:
         log:
             f"logs/{GPU_SLUG}/bench/{{peer}}.log",
         params:
-            peer=lambda w: json.dumps(PEERS[w.peer].as_dict()),
-            shape=json.dumps(SETTINGS.case.as_dict()),
-            steps=SETTINGS.bench["steps"],
-            repeats=SETTINGS.bench["repeats"],
-            warmup=SETTINGS.bench["warmup"],
-            graph_replays=SETTINGS.bench["graph_replays"],
+            settings=settings_of("bench"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench bench --peer {params.peer:q} --check {input.check}"
-            " --shape {params.shape:q} --steps {params.steps} --repeats {params.repeats} --warmup {params.warmup}"
-            " --graph-replays {params.graph_replays} --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench bench --settings {SETTINGS_FILE} --peer {wildcards.peer} --check {input.check}"
+            " --out {output} 2>&1 | tee {log}"
 
     rule bench:
         input:

@@ -2,18 +2,6 @@
 
 if GPU_MODE:
 
-    CHECK_PARAMS = dict(
-        shapes=json.dumps([s.as_dict() for s in SETTINGS.check_shapes]),
-        inputs=",".join(SETTINGS.check_inputs),
-        smallest=json.dumps(SETTINGS.check_smallest),
-        factor=SETTINGS.check_factor,
-        tolerance=SETTINGS.tolerance,
-    )
-    CHECK_ARGS = (
-        "--shapes {params.shapes:q} --inputs {params.inputs:q} --smallest {params.smallest:q} --factor {params.factor}"
-        " --tolerance {params.tolerance} --out {output} 2>&1 | tee {log}"
-    )
-
     rule check_kernel:
         input:
             cubin=gpu_build("cubin"),
@@ -25,11 +13,12 @@ if GPU_MODE:
         log:
             f"logs/{GPU_SLUG}/check/{{kernel}}.log",
         params:
-            **CHECK_PARAMS,
+            settings=settings_of("check"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench check --cubin {input.cubin} --record {input.record} " + CHECK_ARGS
+            "{PY} -m flashbench check --settings {SETTINGS_FILE} --cubin {input.cubin} --record {input.record}"
+            " --out {output} 2>&1 | tee {log}"
 
     rule check_peer:
         input:
@@ -40,13 +29,12 @@ if GPU_MODE:
         log:
             f"logs/{GPU_SLUG}/check/{{peer}}.log",
         params:
-            peer=lambda w: json.dumps(PEERS[w.peer].as_dict()),
+            settings=settings_of("check"),
             libraries=lambda w: LIBRARIES[w.peer],  # not passed on: a change reruns the check (see LIBRARIES)
-            **CHECK_PARAMS,
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench check --peer {params.peer:q} " + CHECK_ARGS
+            "{PY} -m flashbench check --settings {SETTINGS_FILE} --peer {wildcards.peer} --out {output} 2>&1 | tee {log}"
 
     rule check:
         input:

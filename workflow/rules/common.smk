@@ -1,5 +1,4 @@
 # Configuration, GPU detection and path helpers shared by every stage.
-import json
 import re
 import shlex
 import shutil
@@ -18,8 +17,11 @@ except ImportError:
         "the flashbench package is not installed: run  python3 -m pip install -e .  in the repository root"
     ) from None
 
-# The JSON schema and the checks a schema cannot express, before any job starts.
+# The JSON schema and the checks a schema cannot express, before any job starts. Every command reads
+# the validated config (config.yaml with the --config overlays) from one file, SETTINGS_FILE; a rule's
+# params carry a digest of what its command reads of it (settings_of), so a change reruns those jobs.
 SETTINGS = fb_config.validate(config)
+SETTINGS_FILE = fb_config.write_settings(config, "build/settings")
 KERNELS = {k.name: k for k in SETTINGS.kernels}
 PEERS = {p.name: p for p in SETTINGS.peers}
 RUNS = list(KERNELS) + list(PEERS)  # everything checked, timed and swept, in table order
@@ -68,12 +70,7 @@ ARCHS = SETTINGS.archs + ([GPU_ARCH] if GPU_MODE and GPU_ARCH not in SETTINGS.ar
 # The profile stage runs where Nsight Compute is found (config `ncu`), and only with a GPU.
 NCU = None if SETTINGS.ncu is False else shutil.which(SETTINGS.ncu or "ncu")
 PROFILE = GPU_MODE and NCU is not None
-if SETTINGS.ncu is False:
-    PROFILE_NOTE = "not asked for (config ncu: false)"
-elif NCU is None:
-    PROFILE_NOTE = f"skipped: {SETTINGS.ncu or 'ncu'} was not found on this machine"
-else:
-    PROFILE_NOTE = None
+PROFILE_NOTE, CYCLES_NOTE = SETTINGS.profiling_notes(ncu_found=NCU is not None)
 PACKAGE = Path("workflow/flashbench")
 KERNEL_HEADERS = sorted(str(p) for p in Path("kernels").glob("*.cuh"))
 REPORT_TEMPLATE = "workflow/templates/report.md.j2"
@@ -96,6 +93,12 @@ wildcard_constraints:
     kernel="|".join(KERNELS),
     peer="|".join(PEERS) or "(?!)",
     gpu="[a-z0-9][a-z0-9-]*",
+
+
+def settings_of(stage):
+    """A rule's params entry: the digest of what `stage`'s command reads of the settings for the job's
+    kernel or peer (config.Settings.used_by)."""
+    return lambda w: fb_config.digest(SETTINGS.used_by(stage, w.get("kernel") or w.get("peer")))
 
 
 def package_modules(*names):
@@ -143,12 +146,10 @@ def compile_records():
 ABLATIONS = [name for name, k in KERNELS.items() if k.kind == "ablation"]
 GPU_TARGETS = ["check", "bench", "sweep", "profile", "head_to_head", "cycles",
                *(f"ablation_{name}" for name in ABLATIONS)]
-# The head-to-head's contestants (the headline versions, then the rivals) and its points (case first)
-CONTESTANTS = SETTINGS.headline + (SETTINGS.head_to_head["rivals"] if SETTINGS.head_to_head else [])
+# The head-to-head's points (the case first), by the wildcard that names each
 HEAD_TO_HEAD_SHAPES = {f"S{shape.S}": shape for shape in SETTINGS.headline_shapes()} if SETTINGS.head_to_head else {}
 # Cycle counts: every kernel and peer at the case, the contestants at every point too (ncu found: see NCU)
 CYCLES = PROFILE and SETTINGS.cycles is not None
-CYCLES_NOTE = None if CYCLES else (PROFILE_NOTE or "not asked for (no cycles in config.yaml)")
 
 
 def fail_without_gpu(wildcards):
@@ -192,12 +193,7 @@ def archive_output(path):
 
 # A peer's check reruns when a package it needs comes or goes (or changes version): a peer skipped
 # for want of torch or FlashAttention is not up to date once it is installed.
-LIBRARIES = {name: json.dumps(fb_peers.libraries(peer)) for name, peer in PEERS.items()}
-
-
-def cycle_shapes(name):
-    """The headline versions and the head-to-head's rivals are counted at every length, the rest at the case."""
-    return SETTINGS.headline_shapes() if name in CONTESTANTS else [SETTINGS.case]
+LIBRARIES = {name: fb_peers.libraries(peer) for name, peer in PEERS.items()}
 
 
 def report_figures(gpu):

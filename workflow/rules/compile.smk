@@ -14,12 +14,10 @@ rule compile_kernel:
     log:
         "logs/compile/{arch}/{kernel}.log",
     params:
-        flags=json.dumps(SETTINGS.nvcc_flags),
-        defines=lambda w: json.dumps(KERNELS[w.kernel].defines),
+        settings=settings_of("compile"),
     shell:
-        ": > {log}; {PY} -m flashbench compile --kernel {wildcards.kernel} --source {input.source}"
-        " --arch {wildcards.arch} --flags {params.flags:q} --defines {params.defines:q}"
-        " --cubin {output.cubin} --record {output.record} 2>&1 >> {log} | tee -a {log} >&2"
+        ": > {log}; {PY} -m flashbench compile --settings {SETTINGS_FILE} --kernel {wildcards.kernel}"
+        " --arch {wildcards.arch} --cubin {output.cubin} --record {output.record} 2>&1 >> {log} | tee -a {log} >&2"
 
 
 def own_archs_note():

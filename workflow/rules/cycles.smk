@@ -2,15 +2,6 @@
 # contestants at each of its points too (GPU, and ncu found: see NCU in common.smk).
 
 if CYCLES:
-    CYCLES_SETTINGS = dict(
-        ncu=NCU,
-        shapes=lambda w: json.dumps([s.as_dict() for s in cycle_shapes(w[0])]),  # w[0]: the kernel or peer
-        launches=SETTINGS.cycles["launches"],
-    )
-    CYCLES_ARGS = (
-        "--ncu {params.ncu:q} --check {input.check} --shapes {params.shapes:q} --launches {params.launches}"
-        " --out {output} 2>&1 | tee {log}"
-    )
 
     rule cycles_kernel:
         input:
@@ -24,11 +15,13 @@ if CYCLES:
         log:
             f"logs/{GPU_SLUG}/cycles/{{kernel}}.log",
         params:
-            **CYCLES_SETTINGS,
+            ncu=NCU,
+            settings=settings_of("cycles"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench cycles --cubin {input.cubin} --record {input.record} " + CYCLES_ARGS
+            "{PY} -m flashbench cycles --settings {SETTINGS_FILE} --cubin {input.cubin} --record {input.record}"
+            " --ncu {params.ncu:q} --check {input.check} --out {output} 2>&1 | tee {log}"
 
     rule cycles_peer:
         input:
@@ -40,12 +33,13 @@ if CYCLES:
         log:
             f"logs/{GPU_SLUG}/cycles/{{peer}}.log",
         params:
-            peer=lambda w: json.dumps(PEERS[w.peer].as_dict()),
-            **CYCLES_SETTINGS,
+            ncu=NCU,
+            settings=settings_of("cycles"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench cycles --peer {params.peer:q} " + CYCLES_ARGS
+            "{PY} -m flashbench cycles --settings {SETTINGS_FILE} --peer {wildcards.peer} --ncu {params.ncu:q}"
+            " --check {input.check} --out {output} 2>&1 | tee {log}"
 
     rule cycles:
         input:

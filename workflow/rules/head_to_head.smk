@@ -3,24 +3,14 @@
 
 if GPU_MODE and HEAD_TO_HEAD_SHAPES:
 
-    def contestant(name):
-        """A contestant as the head-to-head command takes it: its check record, and a peer's config
-        entry or a kernel's build."""
-        check = {"check": f"results/{GPU_SLUG}/check/{name}.json"}
-        if name in PEERS:
-            return check | {"peer": PEERS[name].as_dict()}
-        return check | {"cubin": build_of(name, "cubin"), "record": build_of(name, "json")}
-
-    def contestants(w):
-        """Each contestant's files (the job reruns when one changes)."""
-        return {f"{key}_{name}": path for name in CONTESTANTS for key, path in contestant(name).items() if key != "peer"}
-
-    def contestants_json(w):
-        return json.dumps([contestant(name) for name in CONTESTANTS])
+    # Each contestant's check record, and each kernel's build with its compile record beside it
+    CONTESTANT_KERNELS = [name for name in SETTINGS.contestants if name in KERNELS]
 
     rule head_to_head_point:
         input:
-            unpack(contestants),
+            checks=run_records("check", SETTINGS.contestants),
+            cubins=[build_of(name, "cubin") for name in CONTESTANT_KERNELS],
+            records=[build_of(name, "json") for name in CONTESTANT_KERNELS],
             builds=ALL_BUILT,
             code=package_modules("headtohead", "timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
         output:
@@ -30,15 +20,13 @@ if GPU_MODE and HEAD_TO_HEAD_SHAPES:
         wildcard_constraints:
             point="|".join(HEAD_TO_HEAD_SHAPES),
         params:
-            contestants=contestants_json,
-            shape=lambda w: json.dumps(HEAD_TO_HEAD_SHAPES[w.point].as_dict()),
-            case=json.dumps(SETTINGS.case.as_dict()),
-            settings=json.dumps(SETTINGS.head_to_head),
+            S=lambda w: HEAD_TO_HEAD_SHAPES[w.point].S,
+            settings=settings_of("head_to_head"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench head-to-head --contestants {params.contestants:q} --shape {params.shape:q}"
-            " --case {params.case:q} --settings {params.settings:q} --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench head-to-head --settings {SETTINGS_FILE} --S {params.S} --checks {input.checks}"
+            " --cubins {input.cubins} --out {output} 2>&1 | tee {log}"
 
     rule head_to_head:
         input:

@@ -7,7 +7,7 @@ if PROFILE:
             cubin=gpu_build("cubin"),
             record=gpu_build("json"),
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
-            source=lambda w: KERNELS[w.kernel].source,
+            source=lambda w: KERNELS[w.kernel].source,  # the stalls are attributed to its lines
             builds=ALL_BUILT,
             code=package_modules("profile", "launch", "gpu", "gpulock", "cli"),
         output:
@@ -16,12 +16,12 @@ if PROFILE:
             f"logs/{GPU_SLUG}/profile/{{kernel}}.log",
         params:
             ncu=NCU,
-            shape=json.dumps(SETTINGS.case.as_dict()),
+            settings=settings_of("profile"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench profile --ncu {params.ncu:q} --cubin {input.cubin} --record {input.record}"
-            " --check {input.check} --source {input.source} --shape {params.shape:q} --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench profile --settings {SETTINGS_FILE} --ncu {params.ncu:q} --cubin {input.cubin}"
+            " --record {input.record} --check {input.check} --out {output} 2>&1 | tee {log}"
 
     rule profile:
         input:

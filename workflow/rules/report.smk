@@ -6,7 +6,6 @@
 # anything else as a download).
 
 if GPU_MODE:
-    from flashbench.validation import Expected
 
     rule summarize:
         input:
@@ -27,33 +26,14 @@ if GPU_MODE:
         log:
             f"logs/{GPU_SLUG}/summarize.log",
         params:
-            kernels=json.dumps(
-                [
-                    {"name": k.name, **{f: getattr(k, f) for f in ("kind", "source", "defines", "change", "published_tflops", "published_registers", "parent", "archs", "line")}}
-                    for k in SETTINGS.kernels
-                ]
-                + [{**p.as_dict(), "kind": "peer"} for p in SETTINGS.peers]
-            ),
-            case=json.dumps(SETTINGS.case.as_dict()),
-            settings=json.dumps(
-                {
-                    "baseline": SETTINGS.baseline,
-                    "sweep": SETTINGS.sweep,
-                    "profile_note": PROFILE_NOTE,
-                    "headline": SETTINGS.headline,
-                    "head_to_head": SETTINGS.head_to_head,
-                    "cycles": SETTINGS.cycles,
-                    "cycles_note": CYCLES_NOTE,
-                }
-            ),
-            expected=Expected.from_settings(SETTINGS).as_json(),
+            settings=settings_of("summarize"),
             gpu_arch=GPU_ARCH,
         shell:
-            "{PY} -m flashbench summarize --kernels {params.kernels:q} --checks {input.checks}"
+            "{PY} -m flashbench summarize --settings {SETTINGS_FILE} --checks {input.checks}"
             " --benches {input.benches} --sweeps {input.sweeps} --profiles {input.profiles}"
             " --head-to-heads {input.head_to_heads} --cycles {input.cycles}"
-            " --compiled {input.compiled} --gpu-arch {params.gpu_arch} --case {params.case:q}"
-            f" --settings {{params.settings:q}} --expected {{params.expected:q}} --out-dir results/{GPU_SLUG} 2>&1 > {{log}} | tee -a {{log}} >&2"
+            " --compiled {input.compiled} --gpu-arch {params.gpu_arch}"
+            f" --out-dir results/{GPU_SLUG} 2>&1 > {{log}} | tee -a {{log}} >&2"
 
 
 rule render_report:

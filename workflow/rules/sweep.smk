@@ -2,20 +2,6 @@
 
 if GPU_MODE and SETTINGS.sweep:
 
-    SWEEP_SETTINGS = dict(
-        shapes=json.dumps([s.as_dict() for s in SETTINGS.sweep_shapes()]),
-        steps=SETTINGS.sweep["steps"],
-        case_s=SETTINGS.case.S,
-        repeats=SETTINGS.sweep["repeats"],
-        warmup=SETTINGS.sweep["warmup"],
-        graph_replays=SETTINGS.sweep["graph_replays"],
-    )
-    SWEEP_ARGS = (
-        "--check {input.check} --shapes {params.shapes:q} --steps {params.steps} --case-s {params.case_s}"
-        " --repeats {params.repeats}"
-        " --warmup {params.warmup} --graph-replays {params.graph_replays} --out {output} 2>&1 | tee {log}"
-    )
-
     rule sweep_kernel:
         input:
             cubin=gpu_build("cubin"),
@@ -28,11 +14,12 @@ if GPU_MODE and SETTINGS.sweep:
         log:
             f"logs/{GPU_SLUG}/sweep/{{kernel}}.log",
         params:
-            **SWEEP_SETTINGS,
+            settings=settings_of("sweep"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench sweep --cubin {input.cubin} --record {input.record} " + SWEEP_ARGS
+            "{PY} -m flashbench sweep --settings {SETTINGS_FILE} --cubin {input.cubin} --record {input.record}"
+            " --check {input.check} --out {output} 2>&1 | tee {log}"
 
     rule sweep_peer:
         input:
@@ -44,12 +31,12 @@ if GPU_MODE and SETTINGS.sweep:
         log:
             f"logs/{GPU_SLUG}/sweep/{{peer}}.log",
         params:
-            peer=lambda w: json.dumps(PEERS[w.peer].as_dict()),
-            **SWEEP_SETTINGS,
+            settings=settings_of("sweep"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench sweep --peer {params.peer:q} " + SWEEP_ARGS
+            "{PY} -m flashbench sweep --settings {SETTINGS_FILE} --peer {wildcards.peer} --check {input.check}"
+            " --out {output} 2>&1 | tee {log}"
 
     rule sweep:
         input:
