@@ -8,7 +8,7 @@ if GPU_MODE:
             record=gpu_build("json"),
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
             builds=ALL_BUILT,
-            code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
+            code=command_code("bench"),
         output:
             archive_output(f"results/{GPU_SLUG}/bench/{{kernel}}.json"),
         log:
@@ -25,7 +25,7 @@ if GPU_MODE:
         input:
             check=f"results/{GPU_SLUG}/check/{{peer}}.json",
             builds=ALL_BUILT,
-            code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
+            code=command_code("bench"),
         output:
             archive_output(f"results/{GPU_SLUG}/bench/{{peer}}.json"),
         log:

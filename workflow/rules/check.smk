@@ -7,7 +7,7 @@ if GPU_MODE:
             cubin=gpu_build("cubin"),
             record=gpu_build("json"),
             builds=ALL_BUILT,
-            code=package_modules("check", "launch", "peers", "gpu", "gpulock", "cli"),
+            code=command_code("check"),
         output:
             archive_output(f"results/{GPU_SLUG}/check/{{kernel}}.json"),
         log:
@@ -23,7 +23,7 @@ if GPU_MODE:
     rule check_peer:
         input:
             builds=ALL_BUILT,
-            code=package_modules("check", "launch", "peers", "gpu", "gpulock", "cli"),
+            code=command_code("check"),
         output:
             archive_output(f"results/{GPU_SLUG}/check/{{peer}}.json"),
         log:

@@ -1,5 +1,4 @@
 # Configuration, GPU detection and path helpers shared by every stage.
-import re
 import shlex
 import shutil
 import sys
@@ -8,6 +7,7 @@ from pathlib import Path
 try:
     import flashbench
     from flashbench import archives as fb_archives
+    from flashbench import codegraph as fb_codegraph
     from flashbench import compile as fb_compile
     from flashbench import config as fb_config
     from flashbench import gpu as fb_gpu
@@ -101,22 +101,10 @@ def settings_of(stage):
     return lambda w: fb_config.digest(SETTINGS.used_by(stage, w.get("kernel") or w.get("peer")))
 
 
-def package_modules(*names):
-    """The package modules a stage runs, with every module they import from the package: editing one
-    reruns exactly the jobs that use it. cli's own imports inside its commands are not followed
-    (each stage names the modules of its command), its module-level ones are."""
-    todo, seen = ["__init__", "files", *names], set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        text = (PACKAGE / f"{name}.py").read_text()
-        indent = "" if name == "cli" else r"[ \t]*"
-        todo += re.findall(rf"^{indent}from \.(\w+) import", text, re.M)
-        for group in re.findall(rf"^{indent}from \. import ([\w, ]+)", text, re.M):
-            todo += [m.strip() for m in group.split(",") if (PACKAGE / f"{m.strip()}.py").exists()]
-    return sorted(str(PACKAGE / f"{n}.py") for n in seen)
+def command_code(command):
+    """The package's files `python -m flashbench <command>` runs, from the import graph (codegraph): a
+    rule's code inputs, so that editing a module reruns exactly the jobs whose command uses it."""
+    return fb_codegraph.command_files(command, str(PACKAGE))
 
 
 def kernel_archs(name):

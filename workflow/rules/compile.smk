@@ -7,7 +7,7 @@ rule compile_kernel:
     input:
         source=lambda w: KERNELS[w.kernel].source,
         headers=KERNEL_HEADERS,
-        code=package_modules("compile", "ptxas", "occupancy", "gpu", "gpulock", "cli"),
+        code=command_code("compile"),
     output:
         cubin="build/{arch}/{kernel}.cubin",
         record="build/{arch}/{kernel}.json",

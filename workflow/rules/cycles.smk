@@ -9,7 +9,7 @@ if CYCLES:
             record=gpu_build("json"),
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
             builds=ALL_BUILT,
-            code=package_modules("cycles", "launch", "peers", "gpu", "gpulock", "cli"),
+            code=command_code("cycles"),
         output:
             archive_output(f"results/{GPU_SLUG}/cycles/{{kernel}}.json"),
         log:
@@ -27,7 +27,7 @@ if CYCLES:
         input:
             check=f"results/{GPU_SLUG}/check/{{peer}}.json",
             builds=ALL_BUILT,
-            code=package_modules("cycles", "launch", "peers", "gpu", "gpulock", "cli"),
+            code=command_code("cycles"),
         output:
             archive_output(f"results/{GPU_SLUG}/cycles/{{peer}}.json"),
         log:

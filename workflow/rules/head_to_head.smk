@@ -12,7 +12,7 @@ if GPU_MODE and HEAD_TO_HEAD_SHAPES:
             cubins=[build_of(name, "cubin") for name in CONTESTANT_KERNELS],
             records=[build_of(name, "json") for name in CONTESTANT_KERNELS],
             builds=ALL_BUILT,
-            code=package_modules("headtohead", "timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
+            code=command_code("head-to-head"),
         output:
             archive_output(f"results/{GPU_SLUG}/head_to_head/{{point}}.json"),
         log:

@@ -9,7 +9,7 @@ if PROFILE:
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
             source=lambda w: KERNELS[w.kernel].source,  # the stalls are attributed to its lines
             builds=ALL_BUILT,
-            code=package_modules("profile", "launch", "gpu", "gpulock", "cli"),
+            code=command_code("profile"),
         output:
             archive_output(f"results/{GPU_SLUG}/profile/{{kernel}}.json"),
         log:

@@ -16,7 +16,7 @@ if GPU_MODE:
             head_to_heads=expand(f"results/{GPU_SLUG}/head_to_head/{{point}}.json", point=HEAD_TO_HEAD_SHAPES),
             cycles=run_records("cycles") if CYCLES else [],
             compiled=compile_records(),
-            code=package_modules("summary", "profile", "headtohead", "cycles", "cli"),
+            code=command_code("summarize"),
         output:
             summary=archive_output(f"results/{GPU_SLUG}/summary.csv"),
             resources=archive_output(f"results/{GPU_SLUG}/resources.csv"),
@@ -43,7 +43,7 @@ rule render_report:
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
         hopper_template=HOPPER_TEMPLATE,
-        code=package_modules("report", "conclusions", "claims", "occupancy", "profile", "hopper", "cli"),
+        code=command_code("render"),
     output:
         **{name: archive_output(f"reports/{{gpu}}/{name}.md") for name in REPORTS},
         **{Path(figure).stem: archive_output(in_report(figure, "figures")) for figure in report_figures("{gpu}")},
@@ -59,7 +59,7 @@ rule compare_gpus:
         summaries=expand("results/{gpu}/summary.csv", gpu=reported_gpus()),
         kernels=expand("results/{gpu}/kernels.json", gpu=reported_gpus()),
         template=COMPARE_TEMPLATE,
-        code=package_modules("compare", "cli"),
+        code=command_code("compare"),
     output:
         table=archive_output(COMPARISON["table"]),
         figure=archive_output(in_report(COMPARISON["figure"], "figures", "comparison_figure")),
@@ -78,7 +78,7 @@ rule report_pages:
         figures=report_figures("{gpu}"),
         tables=expand("results/{{gpu}}/{table}.csv", table=REPORT_TABLES),
         paired=paired_table_files,
-        code=package_modules("pages", "cli"),
+        code=command_code("pages"),
     output:
         **{name: in_report(page, "report", name) for name, page in report_pages("{gpu}", REPORTS).items()},
         **{
@@ -100,7 +100,7 @@ rule comparison_page:
     input:
         table=COMPARISON["table"],
         figure=COMPARISON["figure"],
-        code=package_modules("pages", "cli"),
+        code=command_code("pages"),
     output:
         in_report(COMPARISON["page"], "report", "comparison_table"),
     log:

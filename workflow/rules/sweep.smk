@@ -8,7 +8,7 @@ if GPU_MODE and SETTINGS.sweep:
             record=gpu_build("json"),
             check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
             builds=ALL_BUILT,
-            code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
+            code=command_code("sweep"),
         output:
             archive_output(f"results/{GPU_SLUG}/sweep/{{kernel}}.json"),
         log:
@@ -25,7 +25,7 @@ if GPU_MODE and SETTINGS.sweep:
         input:
             check=f"results/{GPU_SLUG}/check/{{peer}}.json",
             builds=ALL_BUILT,
-            code=package_modules("timing", "launch", "peers", "gpu", "gpulock", "clocks", "cli"),
+            code=command_code("sweep"),
         output:
             archive_output(f"results/{GPU_SLUG}/sweep/{{peer}}.json"),
         log:
