@@ -85,8 +85,9 @@ def test_the_headline_figures_are_the_archives():
         "README quotes each of its rivals at the case and at the longest S"
 
     # the sentence: ahead of each rival in the table, by graph, at every point of the head-to-head
-    claim = re.search(r"ahead of each rival below by CUDA graph at\s+all (\d+) points of the head-to-head, "
-                      r"from S=(\d+) to (\d+)", block)
+    prose = " ".join(block.split())  # the sentence as read, wherever its lines break
+    claim = re.search(r"ahead of each rival below by CUDA graph at all (\d+) points of the head-to-head, "
+                      r"from S=(\d+) to (\d+)", prose)
     assert claim, "the headline sentence says at how many points v24 is ahead by graph"
     points = sorted(h2h.S.unique())
     assert (int(claim[1]), int(claim[2]), int(claim[3])) == (len(points), points[0], points[-1])
@@ -94,9 +95,9 @@ def test_the_headline_figures_are_the_archives():
     assert len(graph) == len(points) * len(rivals) and (graph.verdict == "ahead").all(), \
         graph[graph.verdict != "ahead"][["S", "rival", "verdict"]].to_string()
     assert set(graph.rounds) == {meta["head_to_head"]["rounds"]}
-    assert f"the median of {meta['head_to_head']['rounds']} paired rounds" in " ".join(block.split())
+    assert f"the median of {meta['head_to_head']['rounds']} paired rounds" in prose
 
-    commit = re.search(r"measured at commit ([0-9a-f]{7,40})", block)
+    commit = re.search(r"measured at commit ([0-9a-f]{7,40})", prose)
     assert commit, "the headline sentence names the commit the archive was measured at"
     for kind in ("head_to_head", "cycles"):
         for record in sorted((results / kind).glob("*.json")):
