@@ -455,7 +455,7 @@ def _shape(text: str) -> Shape:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-SETTINGS_HELP = "the run's settings file (the workflow writes it from config.yaml: build/settings/<digest>.json)"
+SETTINGS_HELP = "the run's settings file (the workflow writes it from config.yaml: .snakemake/flashbench/settings/<digest>.json)"
 
 
 def _settings_option(p) -> None:

@@ -21,7 +21,7 @@ except ImportError:
 # the validated config (config.yaml with the --config overlays) from one file, SETTINGS_FILE; a rule's
 # params carry a digest of what its command reads of it (settings_of), so a change reruns those jobs.
 SETTINGS = fb_config.validate(config)
-SETTINGS_FILE = fb_config.write_settings(config, "build/settings")
+SETTINGS_FILE = fb_config.write_settings(config, ".snakemake/flashbench/settings")  # run state, never archived
 KERNELS = {k.name: k for k in SETTINGS.kernels}
 PEERS = {p.name: p for p in SETTINGS.peers}
 RUNS = list(KERNELS) + list(PEERS)  # everything checked, timed and swept, in table order
