@@ -51,8 +51,9 @@ def define_flags(defines: dict) -> list[str]:
 
 
 def check_options(flags: list[str], defines: dict) -> None:
-    """nvcc hands its flags and -D values on through a shell: only the config schema's plain options,
-    identifiers and numbers are taken (`$(...)` or a `;` would run as a command)."""
+    """Only the flags a kernel build needs (the config schema's nvcc_flag: none names a file nvcc
+    writes or a program it runs), and -D values that are identifiers or numbers: nvcc hands both on
+    through a shell, where `$(...)` or a `;` would run as a command."""
     conform(flags, "properties/nvcc_flags", "nvcc flags")
     conform(defines, "$defs/kernel/properties/defines", "defines")
 
