@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flashbench import FlashbenchError, config
+from flashbench import FlashbenchError, cli, config
 from flashbench.compile import CommandFailed, compile_kernel
 from flashbench.files import read_json
 
@@ -86,6 +86,63 @@ def test_a_long_error_shows_its_first_lines_and_keeps_the_rest_for_the_log():
     assert str(error).splitlines() == ["compiling x for sm_90 failed:", *(f"line {i}" for i in range(10)),
                                        "... 15 more lines in the log"]
     assert error.transcript.splitlines() == ["nvcc x.cu", *(f"line {i}" for i in range(25))]
+
+
+def compile_command(source="kernels/v11.cu", cubin="build/v11.cubin", record="build/v11.json", *more):
+    return ["compile", "--kernel", "v11", f"--source={source}", "--arch", "sm_90", f"--cubin={cubin}",
+            f"--record={record}", *more]
+
+
+def test_a_source_path_that_a_shell_would_run_is_refused_before_any_program_runs(tmp_path, capsys, monkeypatch):
+    """nvcc runs its steps through a shell, paths and all: `$(touch ...)` in a path is refused, not
+    run, and said in one line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "$(touch ran).cu").write_text((ROOT / "kernels" / "v11.cu").read_text())
+    assert cli.main(compile_command("$(touch ran).cu")) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: source '$(touch ran).cu': nvcc hands its paths on through a shell, so a path may hold only letters, "
+        "digits and _ . / + - (and not start with -)"]
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("kernels/nope.cu",), "source 'kernels/nope.cu': not a .cu file"),
+    (("kernels",), "source 'kernels': not a .cu file"),
+    (("kernels/flash_common.cuh",), "source 'kernels/flash_common.cuh': not a .cu file"),
+    (("odd name.cu",), "source 'odd name.cu': nvcc hands its paths on through a shell"),
+    (("-G.cu",), "source '-G.cu': nvcc hands its paths on"),
+    (("kernels/v11.cu", "build/$(touch ran).cubin"), "cubin 'build/$(touch ran).cubin': nvcc hands its paths on"),
+    (("kernels/v11.cu", "build/v11.ptx"), "cubin 'build/v11.ptx': not a .cubin file"),
+    (("kernels/v11.cu", "kernels/v11.cu/v11.cubin"), "cubin 'kernels/v11.cu/v11.cubin': its folder cannot be made "
+                                                     "(kernels/v11.cu is a file)"),
+    (("kernels/v11.cu", "build/v11.cubin", "build/v11.csv"), "record 'build/v11.csv': not a .json file"),
+    (("kernels/v11.cu", "build/v11.cubin", "kernels/v11.cu/a/v11.json"), "record 'kernels/v11.cu/a/v11.json': its "
+                                                                         "folder cannot be made (kernels/v11.cu is a file)"),
+])
+def test_compile_takes_a_cu_file_and_outputs_it_can_write(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kernels").mkdir()
+    for name in ("v11.cu", "flash_common.cuh", "odd name.cu", "-G.cu"):
+        (tmp_path / "kernels" / name).write_text("")
+    for name in ("odd name.cu", "-G.cu"):
+        (tmp_path / name).write_text("")
+    assert cli.main(compile_command(*args)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "build").exists() and not (tmp_path / "ran").exists()
+
+
+def test_the_compile_commands_flags_are_those_a_kernel_build_needs(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "v11.cu").write_text("")
+    with pytest.raises(SystemExit) as exit:
+        cli.main(compile_command("kernels/v11.cu", "build/v11.cubin", "build/v11.json", "--flags",
+                                 '["-O3", "-ccbin=/tmp/any-program"]'))
+    err = capsys.readouterr().err
+    assert exit.value.code == 1 and err.count("\n") == 1
+    assert err.startswith("error: flashbench compile: argument --flags: [1]: '-ccbin=/tmp/any-program' is not allowed: "
+                          "a kernel build takes only -O0..-O3, ")
 
 
 # ---- the chapter's static facts, from ptxas, for both archs ---------------------------------------

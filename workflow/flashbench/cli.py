@@ -35,8 +35,9 @@ def cmd_compile(a) -> None:
     """On stdout the outcome, with nvcc's whole output where it failed; its error's first lines on
     stderr (the rule sends stdout to the log alone, stderr to the log and the console)."""
     from . import gpu, gpulock
-    from .compile import CommandFailed, compile_kernel
+    from .compile import CommandFailed, check_paths, compile_kernel
 
+    check_paths(a.source, a.cubin, a.record)  # before nvidia-smi, or a wait for the GPUs' locks
     # Builds run beside each other but never beside a GPU job: every GPU's lock, shared.
     with gpulock.hold_shared(gpu.all_bus_ids(), f"compile {a.kernel} {a.arch}", progress=_progress):
         try:
