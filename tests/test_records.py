@@ -53,7 +53,8 @@ def test_provenance_names_the_gpu_by_its_nvml_uuid(monkeypatch):
     device = types.SimpleNamespace(pci_bus_id="0000:19:00.0", attributes={"MultiProcessorCount": 132,
                                                                            "L2CacheSize": 62914560})
     cupy = types.SimpleNamespace(__version__="14.2.0", cuda=types.SimpleNamespace(
-        Device=lambda: device, runtime=types.SimpleNamespace(driverGetVersion=lambda: 13000, runtimeGetVersion=lambda: 13020)))
+        Device=lambda: device,
+        runtime=types.SimpleNamespace(driverGetVersion=lambda: 13000, runtimeGetVersion=lambda: 13020)))
     monkeypatch.setitem(sys.modules, "pynvml", pynvml)
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setattr(gpu, "_smi", lambda *query, device: ["NVIDIA H200", "9.0", "580.1", "1980", "700.00"])
