@@ -64,10 +64,12 @@ RESOURCES = {
 LIKE_THE_WRITEUP = {"v11": 144.0, "v12": 219.0, "v13": 227.0, "br128": 199.0, "hybrid_smem": 226.0}
 
 
-def provenance(kernel: str, gpu: str = "NVIDIA H200", pci_bus_id: str = "0000:19:00.0", driver: str = "580.1") -> dict:
-    return {"gpu": gpu, "pci_bus_id": pci_bus_id, "arch": "sm_90", "sm_count": 132, "l2_bytes": 62914560,
-            "driver": driver, "cuda_driver": "13.0", "cuda_runtime": "13.0", "cupy": "14.2.0",
-            "sm_clock_max_mhz": "1980", "power_limit_w": "700.00", "git_commit": "abc123",
+def provenance(kernel: str, gpu: str = "NVIDIA H200", pci_bus_id: str = "0000:19:00.0", driver: str = "580.1",
+               gpu_uuid: str | None = None) -> dict:
+    """A record's provenance; `gpu_uuid` where given (the archive's records were made before it was recorded)."""
+    return {"gpu": gpu, **({"gpu_uuid": gpu_uuid} if gpu_uuid else {}), "pci_bus_id": pci_bus_id, "arch": "sm_90",
+            "sm_count": 132, "l2_bytes": 62914560, "driver": driver, "cuda_driver": "13.0", "cuda_runtime": "13.0",
+            "cupy": "14.2.0", "sm_clock_max_mhz": "1980", "power_limit_w": "700.00", "git_commit": "abc123",
             "date": "2026-01-01T00:00:00+00:00"}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flashbench import FlashbenchError, config
+from flashbench import FlashbenchError, cli, config
 from flashbench.compile import CommandFailed, compile_kernel
 from flashbench.files import read_json
 
@@ -86,6 +86,61 @@ def test_a_long_error_shows_its_first_lines_and_keeps_the_rest_for_the_log():
     assert str(error).splitlines() == ["compiling x for sm_90 failed:", *(f"line {i}" for i in range(10)),
                                        "... 15 more lines in the log"]
     assert error.transcript.splitlines() == ["nvcc x.cu", *(f"line {i}" for i in range(25))]
+
+
+@pytest.fixture
+def compile_command(monkeypatch, settings):
+    """The compile command's arguments for v11, its source as given: the settings the command reads
+    name it (the config schema would take only kernels/<name>.cu: this is the command's own check)."""
+    import dataclasses
+
+    def command(source="kernels/v11.cu", cubin="build/v11.cubin", record="build/v11.json"):
+        kernels = [dataclasses.replace(k, source=source) if k.name == "v11" else k for k in settings.kernels]
+        monkeypatch.setattr(cli, "load_settings", lambda path: dataclasses.replace(settings, kernels=kernels))
+        return ["compile", "--settings", "settings.json", "--kernel", "v11", "--arch", "sm_90", f"--cubin={cubin}",
+                f"--record={record}"]
+
+    return command
+
+
+def test_a_source_path_that_a_shell_would_run_is_refused_before_any_program_runs(tmp_path, capsys, monkeypatch,
+                                                                                  compile_command):
+    """nvcc runs its steps through a shell, paths and all: `$(touch ...)` in a path is refused, not
+    run, and said in one line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "$(touch ran).cu").write_text((ROOT / "kernels" / "v11.cu").read_text())
+    assert cli.main(compile_command("$(touch ran).cu")) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: source '$(touch ran).cu': nvcc hands its paths on through a shell, so a path may hold only letters, "
+        "digits and _ . / + - (and not start with -)"]
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("kernels/nope.cu",), "source 'kernels/nope.cu': not a .cu file"),
+    (("kernels",), "source 'kernels': not a .cu file"),
+    (("kernels/flash_common.cuh",), "source 'kernels/flash_common.cuh': not a .cu file"),
+    (("odd name.cu",), "source 'odd name.cu': nvcc hands its paths on through a shell"),
+    (("-G.cu",), "source '-G.cu': nvcc hands its paths on"),
+    (("kernels/v11.cu", "build/$(touch ran).cubin"), "cubin 'build/$(touch ran).cubin': nvcc hands its paths on"),
+    (("kernels/v11.cu", "build/v11.ptx"), "cubin 'build/v11.ptx': not a .cubin file"),
+    (("kernels/v11.cu", "kernels/v11.cu/v11.cubin"), "cubin 'kernels/v11.cu/v11.cubin': its folder cannot be made "
+                                                     "(kernels/v11.cu is a file)"),
+    (("kernels/v11.cu", "build/v11.cubin", "build/v11.csv"), "record 'build/v11.csv': not a .json file"),
+    (("kernels/v11.cu", "build/v11.cubin", "kernels/v11.cu/a/v11.json"), "record 'kernels/v11.cu/a/v11.json': its "
+                                                                         "folder cannot be made (kernels/v11.cu is a file)"),
+])
+def test_compile_takes_a_cu_file_and_outputs_it_can_write(tmp_path, capsys, monkeypatch, args, message, compile_command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kernels").mkdir()
+    for name in ("v11.cu", "flash_common.cuh", "odd name.cu", "-G.cu"):
+        (tmp_path / "kernels" / name).write_text("")
+    for name in ("odd name.cu", "-G.cu"):
+        (tmp_path / name).write_text("")
+    assert cli.main(compile_command(*args)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "build").exists() and not (tmp_path / "ran").exists()
 
 
 # ---- the chapter's static facts, from ptxas, for both archs ---------------------------------------

@@ -1,8 +1,9 @@
 """Text from config and records is escaped in every report: it cannot break a table, a line or a list,
-nor inject HTML."""
+nor inject HTML, a link or an image."""
 import json
 import re
 
+import markdown as python_markdown
 import pandas as pd
 
 from flashbench import compare, markdown, report
@@ -21,6 +22,14 @@ def test_text_escapes_what_would_break_a_table_a_line_or_open_html():
     assert markdown.text("a \\| b") == "a \\\\\\| b"  # a backslash of its own cannot unescape the pipe
     assert markdown.text("P = 2^(<= t), Q & K, v11 -> v12") == "P = 2^(<= t), Q & K, v11 -> v12"  # no HTML there
     assert markdown.text(210.0) == 210.0 and markdown.text(None) is None
+
+
+def test_text_escapes_the_brackets_of_a_link_or_an_image():
+    assert markdown.text("[x](javascript:alert(1))") == "\\[x\\](javascript:alert(1))"
+    assert markdown.text("![x](javascript:alert(1))") == "!\\[x\\](javascript:alert(1))"  # no [: no image
+    assert markdown.text("[x][ref] [ref]: javascript:alert(1)") == "\\[x\\]\\[ref\\] \\[ref\\]: javascript:alert(1)"
+    assert markdown.text("<javascript:alert(1)>") == "&lt;javascript:alert(1)>"  # no autolink either
+    assert markdown.text("\\[x](y)") == "\\\\\\[x\\](y)"  # a backslash of its own cannot unescape the bracket
 
 
 def test_a_code_span_shows_its_text_as_written_and_cannot_be_ended_early():
@@ -64,3 +73,25 @@ def test_every_report_escapes_text_from_config_and_records(tmp_path):
     assert f"| v12 | {ESCAPED_CHANGE} | **219.0** |" in (reports / "report.md").read_text()
     assert f"| v14 | {ESCAPED_CHANGE} | **400.0** |" in (reports / "hopper.md").read_text()
     assert "| &lt;img src=x onerror=alert(1)> (peer) | 120.0 | 156.50 |" in (reports / "README.md").read_text()
+
+
+EVIL_GPU = "NVIDIA H200 [click](javascript:alert(1)) ![seen](javascript:alert(2))"
+
+
+def test_no_report_makes_a_link_or_an_image_of_a_gpus_name(tmp_path):
+    out = records.results_folder(tmp_path, {**records.LIKE_THE_WRITEUP, "v14": 400.0, "v15": 450.0},
+                                 kernels=records.KERNELS + records.HOPPER)
+    meta = json.loads((out / "kernels.json").read_text())
+    for k in meta["kernels"]:
+        if k["provenance"]:
+            k["provenance"]["gpu"] = EVIL_GPU
+    (out / "kernels.json").write_text(json.dumps(meta))
+
+    reports = tmp_path / "reports"
+    report.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200")
+    compare.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
+    for name in ("report.md", "hopper.md", "README.md"):
+        text = (reports / name).read_text()
+        assert "[click\\](javascript:alert(1))" in text, name
+        page = python_markdown.markdown(text, extensions=["tables"])
+        assert "javascript" not in "".join(re.findall(r'(?:href|src)="[^"]*"', page)), name

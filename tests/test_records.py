@@ -1,9 +1,12 @@
 """Records that belong together: one GPU, PCI bus id and driver per archive, and what is timed,
 swept and profiled is the cubin that passed its check."""
+import json
+import sys
+import types
 
 import pytest
 
-from flashbench import FlashbenchError
+from flashbench import FlashbenchError, gpu, schemas
 from flashbench.cli import _same_as_checked, main
 
 import records
@@ -20,6 +23,45 @@ def test_summarize_refuses_records_from_another_gpu_bus_or_driver(tmp_path, fiel
     edit(paths["benches"][2], lambda r: r["provenance"].update({field: value}))
     with pytest.raises(FlashbenchError, match="more than one GPU, PCI bus id or driver"):
         gather(paths)
+
+
+UUID = "GPU-5fb2f8a4-9f4c-f1c7-3e2b-6a8c2b7a1e7b"
+
+
+def test_summarize_carries_the_gpus_uuid_and_refuses_records_of_two(tmp_path):
+    """Two GPUs of one kind on two machines can share the bus id and driver: their UUIDs tell them apart.
+    A record made before the UUID was recorded has none, and is taken beside one that has."""
+    paths = records.write(tmp_path, TFLOPS)
+    for path in paths["checks"] + paths["benches"]:
+        edit(path, lambda r: r["provenance"].update(gpu_uuid=UUID))
+    assert {k["provenance"]["gpu_uuid"] for k in gather(paths)[3]["kernels"]} == {UUID}
+    edit(paths["benches"][0], lambda r: r["provenance"].pop("gpu_uuid"))
+    gather(paths)
+    edit(paths["benches"][2], lambda r: r["provenance"].update(gpu_uuid=UUID.replace("5fb2", "77aa")))
+    with pytest.raises(FlashbenchError, match=r"more than one GPU \(by its UUID\) \(GPU-5fb2.*: check/v11, "
+                                              r".*; GPU-77aa.*: bench/v13\)"):
+        gather(paths)
+
+
+def test_provenance_names_the_gpu_by_its_nvml_uuid(monkeypatch):
+    """The UUID of the GPU the kernels ran on: NVML's device at CUDA's PCI bus id, not the first one."""
+    bus_ids = [b"00000000:0A:00.0", b"00000000:19:00.0"]
+    pynvml = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: len(bus_ids), nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetPciInfo=lambda i: types.SimpleNamespace(busId=bus_ids[i]),
+        nvmlDeviceGetUUID=lambda i: [b"GPU-00000000-0000-0000-0000-000000000000", UUID.encode()][i])
+    device = types.SimpleNamespace(pci_bus_id="0000:19:00.0", attributes={"MultiProcessorCount": 132,
+                                                                           "L2CacheSize": 62914560})
+    cupy = types.SimpleNamespace(__version__="14.2.0", cuda=types.SimpleNamespace(
+        Device=lambda: device,
+        runtime=types.SimpleNamespace(driverGetVersion=lambda: 13000, runtimeGetVersion=lambda: 13020)))
+    monkeypatch.setitem(sys.modules, "pynvml", pynvml)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(gpu, "_smi", lambda *query, device: ["NVIDIA H200", "9.0", "580.1", "1980", "700.00"])
+    provenance = gpu.provenance()
+    assert provenance["gpu"] == "NVIDIA H200" and provenance["gpu_uuid"] == UUID
+    assert schemas.first_error(schemas.Validator({**schemas.load("records"), "$ref": "#/$defs/provenance"}),
+                               provenance) is None
 
 
 def test_summarize_refuses_a_timing_of_another_cubin_than_the_one_built(tmp_path):

@@ -117,6 +117,8 @@ BAD = [  # (kind, name, edit, message after "<path>: ")
     ("sweeps", "v13", lambda r: r["points"][1].update(repeats=7), "key 'points[1].repeats': 7, but the configured"),
     ("profiles", "v13", lambda r: r.update(S=2048), "key 'S': profiled at B=1 H=64 S=2048 D=128, but the case is"),
     ("compiled", "v13", lambda r: r.pop("cubin_sha256"), "key 'cubin_sha256': missing"),
+    ("checks", "v12", lambda r: r["provenance"].update(gpu_uuid="0000:19:00.0"),
+     "key 'provenance.gpu_uuid': '0000:19:00.0' does not match"),
 ]
 
 

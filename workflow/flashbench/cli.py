@@ -1,7 +1,7 @@
 """Command line of the pipeline's stages; each Snakemake rule calls one subcommand.
 
     python -m flashbench compile | check | bench | sweep | profile | summarize | render | compare | pages ...
-    python -m flashbench agreement FIRST_RUN SECOND_RUN   (results/<gpu> of two runs on one GPU)
+    python -m flashbench agreement FIRST_RUN SECOND_RUN   (results/<gpu> of two runs on GPUs of one kind)
     python -m flashbench wheelhouse --python 3.12 --platform manylinux_2_28_x86_64 DIR
 
 Errors the user can act on print one line, `error: ...`, and exit 1.
@@ -35,10 +35,11 @@ def cmd_compile(a) -> None:
     """On stdout the outcome, with nvcc's whole output where it failed; its error's first lines on
     stderr (the rule sends stdout to the log alone, stderr to the log and the console)."""
     from . import gpu, gpulock
-    from .compile import CommandFailed, compile_kernel
+    from .compile import CommandFailed, check_paths, compile_kernel
 
-    # Builds run beside each other but never beside a GPU job: every GPU's lock, shared.
     kernel = a.settings.kernel(a.kernel)
+    check_paths(kernel.source, a.cubin, a.record)  # before nvidia-smi, or a wait for the GPUs' locks
+    # Builds run beside each other but never beside a GPU job: every GPU's lock, shared.
     with gpulock.hold_shared(gpu.all_bus_ids(), f"compile {a.kernel} {a.arch}", progress=_progress):
         try:
             record = compile_kernel(a.kernel, kernel.source, a.arch, a.settings.nvcc_flags, kernel.defines, a.cubin)
@@ -406,8 +407,8 @@ def cmd_compare(a) -> None:
 def cmd_agreement(a) -> None:
     from . import agreement
 
-    result = agreement.compare(a.first, a.second, a.ratio_within, a.cycles_within)
-    for line in agreement.summary(result):
+    result = agreement.disagreements(a.first, a.second, a.ratio_within, a.cycles_within)
+    for line in agreement.report_lines(result):
         print(line)
     if result["problems"]:
         raise FlashbenchError(f"the two runs do not agree: {len(result['problems'])} disagreements above")
@@ -554,11 +555,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--figure", required=True)
     r.set_defaults(run=cmd_compare)
 
-    r = sub.add_parser("agreement", help="do two runs on one GPU agree: the same verdicts, ratios and cycles")
+    r = sub.add_parser("agreement", help="do two runs on one GPU, or two of a kind, agree: verdicts, ratios and cycles")
     r.add_argument("first", help="the first run's results folder (results/<gpu>)")
     r.add_argument("second", help="the second run's")
-    r.add_argument("--ratio-within", type=float, default=0.015, help="how far a fair paired ratio may move")
-    r.add_argument("--cycles-within", type=float, default=0.01, help="how far a cycle count may move")
+    r.add_argument("--ratio-within", type=float, help="how far a fair paired ratio may move (default: as flashbench."
+                                                      "agreement has it for one GPU or two of a kind)")
+    r.add_argument("--cycles-within", type=float, help="how far a cycle count may move (default: likewise)")
     r.set_defaults(run=cmd_agreement)
 
     r = sub.add_parser("pages", help="the HTML pages of Snakemake's report: each markdown report and table as a page")

@@ -26,7 +26,8 @@ THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal",
                     0x80: "hw_power_brake"}
 
 
-def _nvml_device(pynvml, bus_id: str):
+def nvml_device(pynvml, bus_id: str):
+    """NVML's handle of the GPU at `bus_id` (NVML initialised), found by its PCI bus id as CUDA gives it."""
     from .gpulock import normalize_bus_id
 
     want = normalize_bus_id(bus_id)
@@ -42,7 +43,7 @@ def sample_forever(bus_id: str, interval_s: float, out: Path) -> None:
     import pynvml
 
     pynvml.nvmlInit()
-    handle = _nvml_device(pynvml, bus_id)
+    handle = nvml_device(pynvml, bus_id)
     reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
         pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
     with open(out, "a", buffering=1) as f:
@@ -86,7 +87,7 @@ class EnergyCounter:
 
         self._pynvml = pynvml
         pynvml.nvmlInit()
-        self._handle = _nvml_device(pynvml, bus_id)
+        self._handle = nvml_device(pynvml, bus_id)
         self.joules()  # raises where the GPU has no energy counter
 
     @classmethod

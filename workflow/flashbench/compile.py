@@ -51,10 +51,48 @@ def define_flags(defines: dict) -> list[str]:
 
 
 def check_options(flags: list[str], defines: dict) -> None:
-    """nvcc hands its flags and -D values on through a shell: only the config schema's plain options,
-    identifiers and numbers are taken (`$(...)` or a `;` would run as a command)."""
+    """Only the flags a kernel build needs (the config schema's nvcc_flag: none names a file nvcc
+    writes or a program it runs), and -D values that are identifiers or numbers: nvcc hands both on
+    through a shell, where `$(...)` or a `;` would run as a command."""
     conform(flags, "properties/nvcc_flags", "nvcc flags")
     conform(defines, "$defs/kernel/properties/defines", "defines")
+
+
+# nvcc runs its steps through a shell, the paths it was given in their command lines: a `$(...)`, a
+# `;` or a space in one would run or split there. So a path nvcc is given is of these alone.
+NVCC_PATH = re.compile(r"[A-Za-z0-9_./+-]+")
+
+
+def _nvcc_takes(path: str, what: str) -> None:
+    if not NVCC_PATH.fullmatch(path) or path.startswith("-"):  # a leading - reads as an option
+        raise FlashbenchError(f"{what} {path!r}: nvcc hands its paths on through a shell, so a path may hold only "
+                              "letters, digits and _ . / + - (and not start with -)")
+
+
+def _writable(path: Path, suffix: str, what: str) -> None:
+    """`path` ends in `suffix` and lies under a folder that exists or can be made here."""
+    if path.suffix != suffix:
+        raise FlashbenchError(f"{what} {str(path)!r}: not a {suffix} file")
+    if path.is_dir():
+        raise FlashbenchError(f"{what} {str(path)!r}: is a folder")
+    nearest = next(folder for folder in path.parents if folder.exists())
+    if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
+        raise FlashbenchError(f"{what} {str(path)!r}: its folder cannot be made ({nearest} is "
+                              f"{'not writable' if nearest.is_dir() else 'a file'})")
+
+
+def check_paths(source: Path | str, cubin: Path | str, record: Path | str | None = None) -> None:
+    """Before any program runs: `source` is an existing .cu file and `cubin` (and the compile
+    `record`, where one is written) a .cubin (.json) file whose folder exists or can be made; and
+    each path nvcc is given is one its shell reads as a path and nothing else."""
+    source, cubin = Path(source), Path(cubin)
+    if source.suffix != ".cu" or not source.is_file():
+        raise FlashbenchError(f"source {str(source)!r}: not a .cu file")
+    for path, what in ((str(source), "source"), (in_checkout(source), "source"), (str(cubin), "cubin")):
+        _nvcc_takes(path, what)
+    _writable(cubin, ".cubin", "cubin")
+    if record is not None:
+        _writable(Path(record), ".json", "record")
 
 
 # Why a kernel built only for an arch-specific target does not run on another GPU.
@@ -164,6 +202,7 @@ def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], d
     """Build `cubin` and return the compile record."""
     source, cubin = Path(source), Path(cubin)
     check_options(flags, defines)
+    check_paths(source, cubin)
     cubin.parent.mkdir(parents=True, exist_ok=True)
     what = f"compiling {name} for {arch}"
     ptx = cubin.with_suffix(".ptx")  # kept beside the cubin, to read

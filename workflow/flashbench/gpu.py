@@ -107,6 +107,18 @@ def git_commit(root: Path | str = ".") -> dict:
     return {"git_commit": head}
 
 
+def uuid(bus_id: str) -> str:
+    """The UUID of the GPU at `bus_id` (GPU-...), through NVML: what tells two GPUs of one kind apart,
+    where a PCI bus id is the same on every machine of a kind (two runs agree more closely on one GPU)."""
+    import pynvml
+
+    from .clocks import nvml_device
+
+    pynvml.nvmlInit()
+    value = pynvml.nvmlDeviceGetUUID(nvml_device(pynvml, bus_id))
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def provenance() -> dict:
     """Which GPU, driver, CUDA and commit a measurement was taken on, and when."""
     import cupy as cp
@@ -123,6 +135,7 @@ def provenance() -> dict:
 
     return {
         "gpu": name,
+        "gpu_uuid": uuid(device.pci_bus_id),
         "pci_bus_id": device.pci_bus_id,
         "arch": arch_of(cc),
         "sm_count": attrs["MultiProcessorCount"],

@@ -1,6 +1,7 @@
 """Text from config and records in the reports' markdown. Every value a template puts out passes
 through `text` (the templates' finalize): it cannot end a table cell (`|`), a line (a line break
-becomes a space) or open HTML (a `<` or `&` that would start a tag or an entity). Inside a code
+becomes a space), open HTML (a `<` or `&` that would start a tag, an autolink or an entity) or make a
+link or an image (`[` and `]`: without them `](javascript:...)` and `![` are text). Inside a code
 span, where markdown shows everything as written, `code` makes the span instead, fenced so that no
 backtick in the text can end it."""
 from __future__ import annotations
@@ -9,10 +10,10 @@ import re
 
 from markupsafe import Markup
 
-_SPECIAL = {"\\": "\\\\", "|": "\\|", "&": "&amp;", "<": "&lt;"}
+_SPECIAL = {"\\": "\\\\", "|": "\\|", "&": "&amp;", "<": "&lt;", "[": "\\[", "]": "\\]"}
 # A `<` opens HTML (a tag, comment, declaration or autolink) only before a letter, / ! or ?, and an `&`
 # an entity only before a letter or #: the others ("<= 128", "Q & K") stay as written.
-_SPECIAL_RE = re.compile(r"\\|\||&(?=[A-Za-z#])|<(?=[A-Za-z/!?])")
+_SPECIAL_RE = re.compile(r"\\|\||&(?=[A-Za-z#])|<(?=[A-Za-z/!?])|\[|\]")
 
 
 def _one_line(value: str) -> str:

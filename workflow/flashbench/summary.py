@@ -148,19 +148,24 @@ def case_rows(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def belong_together(compile_records: list[dict], runs_here: dict, **records: dict) -> None:
-    """Refuse records that do not describe one run on one GPU: another GPU, PCI bus id or driver, or a
-    kernel whose check, timing, sweep or profile names a cubin other than the one built now."""
-    seen = {}
+    """Refuse records that do not describe one run on one GPU: another GPU, PCI bus id, driver or GPU
+    UUID (where records have one: those made before it was recorded have none), or a kernel whose
+    check, timing, sweep or profile names a cubin other than the one built now. So the UUID of any
+    kernel in kernels.json is the whole run's."""
+    seen, uuids = {}, {}
     for stage, by_name in records.items():
         for name, r in by_name.items():
             p = r.get("provenance")
             if p:
-                seen.setdefault((p["gpu"], p["pci_bus_id"], p["driver"]), []).append(f"{stage}/{name}")
-    if len(seen) > 1:
-        listed = "; ".join(f"{gpu} at {bus}, driver {driver}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
-                           for (gpu, bus, driver), names in seen.items())
-        raise FlashbenchError(f"these records come from more than one GPU, PCI bus id or driver ({listed}): "
-                              f"rerun the GPU stages on one GPU (delete the others' records)")
+                seen.setdefault(f"{p['gpu']} at {p['pci_bus_id']}, driver {p['driver']}", []).append(f"{stage}/{name}")
+                if "gpu_uuid" in p:
+                    uuids.setdefault(p["gpu_uuid"], []).append(f"{stage}/{name}")
+    for groups, what in ((seen, "GPU, PCI bus id or driver"), (uuids, "GPU (by its UUID)")):
+        if len(groups) > 1:
+            listed = "; ".join(f"{group}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+                               for group, names in groups.items())
+            raise FlashbenchError(f"these records come from more than one {what} ({listed}): "
+                                  f"rerun the GPU stages on one GPU (delete the others' records)")
     built = {r["kernel"]: r["cubin_sha256"] for r in compile_records if r["arch"] == runs_here[r["kernel"]]}
     for stage, by_name in records.items():
         for name, r in by_name.items():
