@@ -18,11 +18,17 @@ from pathlib import Path
 
 from . import FlashbenchError, attention
 from .config import ConfigError, Shape, conform, load_settings
-from .files import read_json, sha256, staged_folder, write_json, write_text
+from .files import digests, read_json, sha256, staged_folder, write_json, write_text
 from .validation import Expected, read_record
 
 
 _STARTED = time.monotonic()
+
+
+def _write_record(a, record: dict) -> None:
+    """A stage's record at --out, naming what it was made from (--depends-on: the job's inputs) with
+    their sha256, by which the workflow knows it up to date whatever the files' times."""
+    write_json(a.out, {**record, "inputs_sha256": digests(a.depends_on)})
 
 
 def _progress(message: str) -> None:
@@ -123,7 +129,7 @@ def cmd_check(a) -> None:
 
     def skipped(reason) -> None:  # no torch, another GPU's kernel, no library kernel here: the run goes on
         name = _name(a)
-        write_json(a.out, {"kernel": name, "gate": asdict(gate), "passed": False, "skipped": str(reason),
+        _write_record(a, {"kernel": name, "gate": asdict(gate), "passed": False, "skipped": str(reason),
                            "reason": f"skipped: {reason}", "shapes": []})
         print(f"{name}: skipped, {reason}")
 
@@ -141,17 +147,17 @@ def cmd_check(a) -> None:
             return skipped(e)
         result = check_kernel(kernel, settings.check_shapes, gate, kinds=settings.check_inputs,
                               smallest=settings.check_smallest, progress=_progress)
-        write_json(a.out, {**result, **kernel.identity, "provenance": gpu.provenance()})
+        _write_record(a, {**result, **kernel.identity, "provenance": gpu.provenance()})
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
 
 
-def _refused(check: dict, out, done: str = "timed") -> bool:
+def _refused(check: dict, a, done: str = "timed") -> bool:
     """A kernel or peer that failed (or skipped) its check is never timed nor profiled: say so in its
     record (`done`: timed | profiled)."""
     if check["passed"]:
         return False
     reason = check["reason"] if check.get("skipped") else f"failed its check: {check['reason']}"
-    write_json(out, {"kernel": check["kernel"], done: False, "reason": reason})
+    _write_record(a, {"kernel": check["kernel"], done: False, "reason": reason})
     print(f"{check['kernel']}: not {done}, {reason}")
     return True
 
@@ -172,7 +178,7 @@ def _timed(a, what: str, run) -> None:
     from .clocks import ClockSampler
 
     check = read_record(a.check, "check")
-    if _refused(check, a.out):
+    if _refused(check, a):
         return
     with _gpu_held(f"{what} {check['kernel']}"):
         kernel = _kernel(a)
@@ -181,7 +187,7 @@ def _timed(a, what: str, run) -> None:
 
         with ClockSampler(cp.cuda.Device().pci_bus_id) as sampler:
             result = run(kernel, secrets.randbits(32), sampler)
-        write_json(a.out, {"kernel": kernel.name, "timed": True, "reason": None, **kernel.identity, **result,
+        _write_record(a, {"kernel": kernel.name, "timed": True, "reason": None, **kernel.identity, **result,
                            "provenance": gpu.provenance()})
 
 
@@ -233,7 +239,7 @@ def cmd_profile(a) -> None:
     from .profile import profile
 
     check = read_record(a.check, "check")
-    if _refused(check, a.out, "profiled"):
+    if _refused(check, a, "profiled"):
         return
     record = read_record(a.record, "compile")
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
@@ -242,11 +248,11 @@ def cmd_profile(a) -> None:
         try:
             readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(record["source"]), shape, progress=_progress)
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
-            write_json(a.out, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
+            _write_record(a, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
             print(f"{check['kernel']}: not profiled, {e}")
             return
         provenance = gpu.provenance()
-    write_json(a.out, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
+    _write_record(a, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
                        "cubin_sha256": record["cubin_sha256"], **readings, "provenance": provenance})
     m = readings["metrics"]
     print(f"{record['kernel']}: " + ", ".join(f"{key} {m[key]}" for key in ("duration_us", "lsu_pipe_pct", "registers",
@@ -294,7 +300,7 @@ def cmd_head_to_head(a) -> None:
             record = measure(impls, shape, settings.head_to_head, secrets.randbits(32), sampler,
                              EnergyCounter.open(bus_id), progress=_progress) if impls else None
         record = record or {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
-        write_json(a.out, {**record, "is_case": shape == settings.case, "excluded": {**excluded, **record["excluded"]},
+        _write_record(a, {**record, "is_case": shape == settings.case, "excluded": {**excluded, **record["excluded"]},
                            "provenance": gpu.provenance()})
     print(f"head-to-head at {shape}: {len(impls)} contestants" + (f", {len(excluded)} left out" if excluded else ""))
 
@@ -322,7 +328,7 @@ def cmd_cycles(a) -> None:
         raise FlashbenchError("no cycle counts in the settings (config key 'cycles')")
     launches = settings.cycles["launches"]
     check = read_record(a.check, "check")
-    if _refused(check, a.out, "counted"):
+    if _refused(check, a, "counted"):
         return
     with _gpu_held(f"cycles {check['kernel']}"), tempfile.TemporaryDirectory() as tmp:
         identity_file = Path(tmp) / "identity.json"
@@ -332,14 +338,14 @@ def cmd_cycles(a) -> None:
             kernels, ncu_version = count(a.ncu, target, settings.cycle_shapes(check["kernel"]), launches,
                                          progress=_progress)
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
-            write_json(a.out, {"kernel": check["kernel"], "counted": False, "reason": str(e)})
+            _write_record(a, {"kernel": check["kernel"], "counted": False, "reason": str(e)})
             print(f"{check['kernel']}: not counted, {e}")
             return
         ran = read_json(identity_file)
         _same_as_checked(check["kernel"], ran["identity"], check)
         readings = {"points": points(kernels, [Shape(**s) for s in ran["shapes"]], launches), "ncu": ncu_version}
         provenance = gpu.provenance()
-    write_json(a.out, {"kernel": check["kernel"], "counted": True, "reason": None, **ran["identity"],
+    _write_record(a, {"kernel": check["kernel"], "counted": True, "reason": None, **ran["identity"],
                        "sm_count": provenance["sm_count"], **readings, "provenance": provenance})
     print(f"{check['kernel']}: " + ", ".join(f"S={p['S']} {p['cycles'] / 1e3:.1f}k cycles" for p in readings["points"]))
 
@@ -386,7 +392,7 @@ def cmd_summarize(a) -> None:
     with staged_folder(out, [f"{name}.csv" for name in tables] + ["kernels.json"]) as staging:  # all, or none
         for name, table in tables.items():
             write_text(staging / f"{name}.csv", table.to_csv(index=False))
-        write_json(staging / "kernels.json", meta)
+        write_json(staging / "kernels.json", {**meta, "inputs_sha256": digests(a.depends_on)})
     print(f"summary of {len(meta['kernels'])} kernels written to {out}")
 
 
@@ -463,6 +469,11 @@ def _settings_option(p) -> None:
     p.add_argument("--settings", dest="settings_file", required=True, help=SETTINGS_HELP)
 
 
+def _depends_on_option(p) -> None:
+    p.add_argument("--depends-on", nargs="*", default=[],
+                   help="the job's inputs: the record names each with its sha256 (the workflow's rule passes them)")
+
+
 def _implementation_options(p, peer_help: str = "a peer instead: its name in config's peers") -> None:
     p.add_argument("--cubin", help="a kernel: its cubin")
     p.add_argument("--record", help="a kernel: its compile record")
@@ -501,6 +512,7 @@ def parser() -> argparse.ArgumentParser:
         if name == "cycles":
             s.add_argument("--ncu", required=True, help="the ncu executable")
         s.add_argument("--out", required=True)
+        _depends_on_option(s)
 
     s = sub.add_parser("launch-once", help="launch a kernel once on random inputs (what the profiler runs)")
     s.add_argument("--cubin", required=True)
@@ -517,6 +529,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--record", required=True)
     s.add_argument("--check", required=True)
     s.add_argument("--out", required=True)
+    _depends_on_option(s)
     s.set_defaults(run=cmd_profile)
 
     s = sub.add_parser("head-to-head", help="the headline versions against the rivals at one length, paired")
@@ -526,6 +539,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--cubins", nargs="*", default=[],
                    help="every contestant kernel's build (<name>.cubin, its compile record beside it)")
     s.add_argument("--out", required=True)
+    _depends_on_option(s)
     s.set_defaults(run=cmd_head_to_head)
 
     s = sub.add_parser("summarize", help="gather one GPU's records into its tables and kernels.json")
@@ -539,6 +553,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--cycles", nargs="*", default=[])
     s.add_argument("--gpu-arch", required=True)
     s.add_argument("--out-dir", required=True)
+    _depends_on_option(s)
     s.set_defaults(run=cmd_summarize)
 
     r = sub.add_parser("render", help="render one GPU's report from its results folder")

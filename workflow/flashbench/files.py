@@ -78,3 +78,18 @@ def read_json(path: Path | str):
 
 def sha256(path: Path | str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def digests(paths) -> dict[str, str]:
+    """Each file's sha256 by its path as given: what a record was made from (its `inputs_sha256`)."""
+    return {str(path): sha256(path) for path in paths}
+
+
+def made_from(record: Path | str) -> dict[str, str]:
+    """The inputs a record names with their sha256 (`inputs_sha256`); none where the record is missing,
+    unreadable or names none (written before records named them)."""
+    try:
+        named = json.loads(Path(record).read_text()).get("inputs_sha256")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return named if isinstance(named, dict) else {}

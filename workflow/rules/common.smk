@@ -1,4 +1,5 @@
 # Configuration, GPU detection and path helpers shared by every stage.
+import functools
 import shlex
 import shutil
 import sys
@@ -10,6 +11,7 @@ try:
     from flashbench import codegraph as fb_codegraph
     from flashbench import compile as fb_compile
     from flashbench import config as fb_config
+    from flashbench import files as fb_files
     from flashbench import gpu as fb_gpu
     from flashbench import peers as fb_peers
 except ImportError:
@@ -75,7 +77,6 @@ PACKAGE = Path("workflow/flashbench")
 KERNEL_HEADERS = sorted(str(p) for p in Path("kernels").glob("*.cuh"))
 REPORT_TEMPLATE = "workflow/templates/report.md.j2"
 HOPPER_TEMPLATE = "workflow/templates/hopper.md.j2"  # rendered beside it, from the same folder
-ALL_BUILT = ancient("build/all-built")  # see rule all_built
 COMPARE_TEMPLATE = "workflow/templates/compare.md.j2"
 # The HTML pages of Snakemake's report (snakemake --report): each markdown report and table as a page
 PAGES = "build/pages"
@@ -122,9 +123,67 @@ def build_of(name, ext):
     return f"build/{runnable_build(archs, GPU_ARCH) or archs[0]}/{name}.{ext}"
 
 
-def gpu_build(ext):
-    """Input function of the GPU stages: build_of the job's kernel."""
-    return lambda w: build_of(w.kernel, ext)
+def after_every_build():
+    """Wait for every compile (a checkpoint): until all are done this raises, and Snakemake asks again
+    once they are. So a GPU job starts after every build, never beside one, and its inputs are known by
+    content: a fresh clone's rebuilt cubins are new files, but the same bytes its records were made from."""
+    for name in KERNELS:
+        for arch in kernel_archs(name):
+            checkpoints.compile_kernel.get(arch=arch, kernel=name)
+
+
+@functools.cache
+def _sha256(path, mtime_ns, size):
+    return fb_files.sha256(path)
+
+
+def by_content(record, inputs):
+    """`inputs` (a name -> a path or a list of paths) of the job that writes `record`, each path ancient
+    (its file time not compared) where `record` names it with its sha256 as it is now (inputs_sha256):
+    on a fresh clone, whose files all take the clone's time, only what differs by content reruns. A
+    record that names none (made before records named them) goes by file times."""
+    made_from = fb_files.made_from(record)
+
+    def mark(path):
+        stat = Path(path).stat() if path in made_from and Path(path).is_file() else None
+        same = stat is not None and made_from[path] == _sha256(path, stat.st_mtime_ns, stat.st_size)
+        return ancient(path) if same else path
+
+    return {key: [mark(p) for p in value] if isinstance(value, list) else mark(value) for key, value in inputs.items()}
+
+
+def measured(stage, inputs_of):
+    """The input function of a GPU stage's rule: `inputs_of(wildcards)` after every build, by content
+    against the job's record (results/<gpu>/<stage>/<kernel, peer or point>.json)."""
+
+    def inputs(w):
+        after_every_build()
+        name = w.get("kernel") or w.get("peer") or w.get("point")
+        return by_content(f"results/{GPU_SLUG}/{stage}/{name}.json", inputs_of(w))
+
+    return inputs
+
+
+def kernel_files(w, check=True):
+    """A kernel's GPU job's files: its build for this GPU and, after the check, its check record (the
+    command line names them from params: before the builds are done its inputs are not known)."""
+    return {"cubin": build_of(w.kernel, "cubin"), "record": build_of(w.kernel, "json"),
+            **({"check": f"results/{GPU_SLUG}/check/{w.kernel}.json"} if check else {})}
+
+
+def peer_files(w, check=True):
+    """A peer's GPU job's files: after the check, its check record."""
+    return {"check": f"results/{GPU_SLUG}/check/{w.peer}.json"} if check else {}
+
+
+def kernel_inputs(stage, command, check=True):
+    """A kernel's GPU job's inputs: kernel_files and its command's code."""
+    return measured(stage, lambda w: {**kernel_files(w, check), "code": command_code(command)})
+
+
+def peer_inputs(stage, command, check=True):
+    """A peer's GPU job's inputs: peer_files and its command's code."""
+    return measured(stage, lambda w: {**peer_files(w, check), "code": command_code(command)})
 
 
 def compile_records():

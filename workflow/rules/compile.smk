@@ -3,7 +3,9 @@
 # both write by appending, so neither overwrites the other).
 
 
-rule compile_kernel:
+# A checkpoint: the jobs that run what it builds ask for every build first (after_every_build), and
+# Snakemake decides them again once the builds are done, by the builds' content (by_content).
+checkpoint compile_kernel:
     input:
         source=lambda w: KERNELS[w.kernel].source,
         headers=KERNEL_HEADERS,
@@ -33,8 +35,7 @@ def own_archs_note():
     )
 
 
-# Every GPU job waits for every build, so no compile runs beside a timing (across runs the GPU
-# lock keeps them apart too). ancient(): a rebuilt kernel reruns its own GPU jobs, not all of them.
+# `snakemake compile`'s last step: says every build is there, and why some kernels are built for one arch.
 rule all_built:
     input:
         compile_records(),

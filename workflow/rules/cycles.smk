@@ -5,41 +5,37 @@ if CYCLES:
 
     rule cycles_kernel:
         input:
-            cubin=gpu_build("cubin"),
-            record=gpu_build("json"),
-            check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
-            builds=ALL_BUILT,
-            code=command_code("cycles"),
+            unpack(kernel_inputs("cycles", "cycles")),
         output:
             archive_output(f"results/{GPU_SLUG}/cycles/{{kernel}}.json"),
         log:
             f"logs/{GPU_SLUG}/cycles/{{kernel}}.log",
         params:
+            files=lambda w: kernel_files(w),
             ncu=NCU,
             settings=settings_of("cycles"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench cycles --settings {SETTINGS_FILE} --cubin {input.cubin} --record {input.record}"
-            " --ncu {params.ncu:q} --check {input.check} --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench cycles --settings {SETTINGS_FILE} --cubin {params.files[cubin]} --record {params.files[record]}"
+            " --ncu {params.ncu:q} --check {params.files[check]} --out {output} --depends-on {input} 2>&1 | tee {log}"
 
     rule cycles_peer:
         input:
-            check=f"results/{GPU_SLUG}/check/{{peer}}.json",
-            builds=ALL_BUILT,
-            code=command_code("cycles"),
+            unpack(peer_inputs("cycles", "cycles")),
         output:
             archive_output(f"results/{GPU_SLUG}/cycles/{{peer}}.json"),
         log:
             f"logs/{GPU_SLUG}/cycles/{{peer}}.log",
         params:
+            files=lambda w: peer_files(w),
             ncu=NCU,
             settings=settings_of("cycles"),
         resources:
             gpu=1,
         shell:
             "{PY} -m flashbench cycles --settings {SETTINGS_FILE} --peer {wildcards.peer} --ncu {params.ncu:q}"
-            " --check {input.check} --out {output} 2>&1 | tee {log}"
+            " --check {params.files[check]} --out {output} --depends-on {input} 2>&1 | tee {log}"
 
     rule cycles:
         input:

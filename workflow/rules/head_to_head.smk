@@ -5,14 +5,17 @@ if GPU_MODE and HEAD_TO_HEAD_SHAPES:
 
     # Each contestant's check record, and each kernel's build with its compile record beside it
     CONTESTANT_KERNELS = [name for name in SETTINGS.contestants if name in KERNELS]
+    CONTESTANT_CHECKS = run_records("check", SETTINGS.contestants)
+    CONTESTANT_CUBINS = [build_of(name, "cubin") for name in CONTESTANT_KERNELS]
 
     rule head_to_head_point:
         input:
-            checks=run_records("check", SETTINGS.contestants),
-            cubins=[build_of(name, "cubin") for name in CONTESTANT_KERNELS],
-            records=[build_of(name, "json") for name in CONTESTANT_KERNELS],
-            builds=ALL_BUILT,
-            code=command_code("head-to-head"),
+            unpack(measured("head_to_head", lambda w: {
+                "checks": CONTESTANT_CHECKS,
+                "cubins": CONTESTANT_CUBINS,
+                "records": [build_of(name, "json") for name in CONTESTANT_KERNELS],
+                "code": command_code("head-to-head"),
+            })),
         output:
             archive_output(f"results/{GPU_SLUG}/head_to_head/{{point}}.json"),
         log:
@@ -21,12 +24,14 @@ if GPU_MODE and HEAD_TO_HEAD_SHAPES:
             point="|".join(HEAD_TO_HEAD_SHAPES),
         params:
             S=lambda w: HEAD_TO_HEAD_SHAPES[w.point].S,
+            checks=CONTESTANT_CHECKS,
+            cubins=CONTESTANT_CUBINS,
             settings=settings_of("head_to_head"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench head-to-head --settings {SETTINGS_FILE} --S {params.S} --checks {input.checks}"
-            " --cubins {input.cubins} --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench head-to-head --settings {SETTINGS_FILE} --S {params.S} --checks {params.checks}"
+            " --cubins {params.cubins} --out {output} --depends-on {input} 2>&1 | tee {log}"
 
     rule head_to_head:
         input:

@@ -4,24 +4,26 @@ if PROFILE:
 
     rule profile_kernel:
         input:
-            cubin=gpu_build("cubin"),
-            record=gpu_build("json"),
-            check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
-            source=lambda w: KERNELS[w.kernel].source,  # the stalls are attributed to its lines
-            builds=ALL_BUILT,
-            code=command_code("profile"),
+            unpack(measured("profile", lambda w: {
+                "cubin": build_of(w.kernel, "cubin"),
+                "record": build_of(w.kernel, "json"),
+                "check": f"results/{GPU_SLUG}/check/{w.kernel}.json",
+                "source": KERNELS[w.kernel].source,  # the stalls are attributed to its lines
+                "code": command_code("profile"),
+            })),
         output:
             archive_output(f"results/{GPU_SLUG}/profile/{{kernel}}.json"),
         log:
             f"logs/{GPU_SLUG}/profile/{{kernel}}.log",
         params:
+            files=lambda w: kernel_files(w),
             ncu=NCU,
             settings=settings_of("profile"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench profile --settings {SETTINGS_FILE} --ncu {params.ncu:q} --cubin {input.cubin}"
-            " --record {input.record} --check {input.check} --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench profile --settings {SETTINGS_FILE} --ncu {params.ncu:q} --cubin {params.files[cubin]}"
+            " --record {params.files[record]} --check {params.files[check]} --out {output} --depends-on {input} 2>&1 | tee {log}"
 
     rule profile:
         input:

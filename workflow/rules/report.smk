@@ -7,16 +7,22 @@
 
 if GPU_MODE:
 
+    def summarized(w):
+        """Every record of the run and every build, by content against kernels.json (see by_content)."""
+        return by_content(f"results/{GPU_SLUG}/kernels.json", {
+            "checks": run_records("check"),
+            "benches": run_records("bench"),
+            "sweeps": run_records("sweep") if SETTINGS.sweep else [],
+            "profiles": run_records("profile", KERNELS) if PROFILE else [],
+            "head_to_heads": expand(f"results/{GPU_SLUG}/head_to_head/{{point}}.json", point=HEAD_TO_HEAD_SHAPES),
+            "cycles": run_records("cycles") if CYCLES else [],
+            "compiled": compile_records(),
+            "code": command_code("summarize"),
+        })
+
     rule summarize:
         input:
-            checks=run_records("check"),
-            benches=run_records("bench"),
-            sweeps=run_records("sweep") if SETTINGS.sweep else [],
-            profiles=run_records("profile", KERNELS) if PROFILE else [],
-            head_to_heads=expand(f"results/{GPU_SLUG}/head_to_head/{{point}}.json", point=HEAD_TO_HEAD_SHAPES),
-            cycles=run_records("cycles") if CYCLES else [],
-            compiled=compile_records(),
-            code=command_code("summarize"),
+            unpack(summarized),
         output:
             summary=archive_output(f"results/{GPU_SLUG}/summary.csv"),
             resources=archive_output(f"results/{GPU_SLUG}/resources.csv"),
@@ -33,7 +39,7 @@ if GPU_MODE:
             " --benches {input.benches} --sweeps {input.sweeps} --profiles {input.profiles}"
             " --head-to-heads {input.head_to_heads} --cycles {input.cycles}"
             " --compiled {input.compiled} --gpu-arch {params.gpu_arch}"
-            f" --out-dir results/{GPU_SLUG} 2>&1 > {{log}} | tee -a {{log}} >&2"
+            f" --out-dir results/{GPU_SLUG} --depends-on {{input}} 2>&1 > {{log}} | tee -a {{log}} >&2"
 
 
 rule render_report:

@@ -4,39 +4,35 @@ if GPU_MODE and SETTINGS.sweep:
 
     rule sweep_kernel:
         input:
-            cubin=gpu_build("cubin"),
-            record=gpu_build("json"),
-            check=f"results/{GPU_SLUG}/check/{{kernel}}.json",
-            builds=ALL_BUILT,
-            code=command_code("sweep"),
+            unpack(kernel_inputs("sweep", "sweep")),
         output:
             archive_output(f"results/{GPU_SLUG}/sweep/{{kernel}}.json"),
         log:
             f"logs/{GPU_SLUG}/sweep/{{kernel}}.log",
         params:
+            files=lambda w: kernel_files(w),
             settings=settings_of("sweep"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench sweep --settings {SETTINGS_FILE} --cubin {input.cubin} --record {input.record}"
-            " --check {input.check} --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench sweep --settings {SETTINGS_FILE} --cubin {params.files[cubin]} --record {params.files[record]}"
+            " --check {params.files[check]} --out {output} --depends-on {input} 2>&1 | tee {log}"
 
     rule sweep_peer:
         input:
-            check=f"results/{GPU_SLUG}/check/{{peer}}.json",
-            builds=ALL_BUILT,
-            code=command_code("sweep"),
+            unpack(peer_inputs("sweep", "sweep")),
         output:
             archive_output(f"results/{GPU_SLUG}/sweep/{{peer}}.json"),
         log:
             f"logs/{GPU_SLUG}/sweep/{{peer}}.log",
         params:
+            files=lambda w: peer_files(w),
             settings=settings_of("sweep"),
         resources:
             gpu=1,
         shell:
-            "{PY} -m flashbench sweep --settings {SETTINGS_FILE} --peer {wildcards.peer} --check {input.check}"
-            " --out {output} 2>&1 | tee {log}"
+            "{PY} -m flashbench sweep --settings {SETTINGS_FILE} --peer {wildcards.peer} --check {params.files[check]}"
+            " --out {output} --depends-on {input} 2>&1 | tee {log}"
 
     rule sweep:
         input:
