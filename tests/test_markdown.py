@@ -5,7 +5,7 @@ import re
 
 import pandas as pd
 
-from flashbench import compare, markdown, report
+from flashbench import compare, gpu_reports, markdown
 
 import records
 from conftest import ROOT
@@ -54,7 +54,7 @@ def test_every_report_escapes_text_from_config_and_records(tmp_path):
     (out / "kernels.json").write_text(json.dumps(meta))
 
     reports = tmp_path / "reports"
-    report.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200")
+    gpu_reports.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200")
     compare.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
     for name in ("report.md", "hopper.md", "README.md"):
         text = (reports / name).read_text()

@@ -134,7 +134,7 @@ def test_summarize_refuses_a_bad_record_naming_its_file_and_key(tmp_path, kind, 
 
 
 def test_a_check_that_stopped_at_a_fault_is_summarized_and_reported_as_failed(tmp_path):
-    from flashbench import report
+    from flashbench import archive_tables
 
     paths = records.write(tmp_path, TFLOPS, failing="v12")
     edit(path_of(paths, "checks", "v12"), lambda r: r.update(shapes=[{**r["shapes"][0], "fatal": True}]))
@@ -142,7 +142,7 @@ def test_a_check_that_stopped_at_a_fault_is_summarized_and_reported_as_failed(tm
     assert next(k for k in meta["kernels"] if k["name"] == "v12")["check_passed"] is False
     summary.to_csv(tmp_path / "summary.csv", index=False)
     write_json(tmp_path / "kernels.json", meta)
-    report.read_summary(tmp_path)  # one row of v12's, on one kind of input: whole as it is
+    archive_tables.read_summary(tmp_path)  # one row of v12's, on one kind of input: whole as it is
 
 
 def test_a_peer_is_named_by_its_torch_build_and_backend_whatever_else_its_library_names(tmp_path):
@@ -207,20 +207,20 @@ COMPARE_TEMPLATE = ROOT / "workflow" / "templates" / "compare.md.j2"
 @pytest.fixture
 def rendered(tmp_path):
     """A results folder and the reports rendered from it, as a run leaves them."""
-    from flashbench import compare, report
+    from flashbench import compare, gpu_reports
 
     out = records.results_folder(tmp_path, TFLOPS)
-    report.render(out, tmp_path / "reports", REPORT_TEMPLATE, "nvidia-h200")
+    gpu_reports.render(out, tmp_path / "reports", REPORT_TEMPLATE, "nvidia-h200")
     compare.render([out], COMPARE_TEMPLATE, tmp_path / "reports" / "README.md", tmp_path / "reports" / "compare.png")
     return out, tmp_path / "reports"
 
 
 def refused_by_both(out, reports, message):
     """Neither report renders from `out`: one line naming the table, and what was rendered before stays."""
-    from flashbench import compare, report
+    from flashbench import compare, gpu_reports
 
     before = {p.name: p.read_bytes() for p in reports.iterdir()}
-    for render in (lambda: report.render(out, reports, REPORT_TEMPLATE, "nvidia-h200"),
+    for render in (lambda: gpu_reports.render(out, reports, REPORT_TEMPLATE, "nvidia-h200"),
                    lambda: compare.render([out], COMPARE_TEMPLATE, reports / "README.md", reports / "compare.png")):
         with pytest.raises(validation.BadRecord) as raised:
             render()

@@ -339,7 +339,7 @@ def cmd_summarize(a) -> None:
 
 
 def cmd_render(a) -> None:
-    from .report import WRITTEN, render
+    from .gpu_reports import WRITTEN, render
 
     render(a.results, a.reports, a.template, a.slug)
     for name in WRITTEN:

@@ -8,10 +8,20 @@ next goal, past FlashAttention-3: given factors over cuDNN and FlashAttention's 
 head-to-head and the cycles, and given efficiencies per cycle."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
+from .chapter_report import correctness
+from .figures import sweep_figure, tflops_figure
+from .files import write_text
+from .gpu import commits
 from .summary import case_rows
+from .templates import fill
 
+FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
+WRITTEN = ("hopper.md", *FIGURES.values())  # what render writes
+TEMPLATE = "hopper.md.j2"  # beside the chapter's template
 LINE = "hopper"
 GOAL_MIN_S = 4096
 STRETCH = 1.1
@@ -233,3 +243,25 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "cycles": cycle_counts(cycles, meta),
         "dispatch_bound": dispatch_bound,
     }
+
+
+def render(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict, paired: dict,
+           template: Path, report_dir: Path, slug: str, gpu_name: str) -> None:
+    """hopper.md and its figures into `report_dir`, from every kernel's tables and the paired ones
+    (archive_tables.read_paired); `gpu_name` as the chapter's report gives it."""
+    ctx = context(summary, resources, profile, meta, **paired)
+    names = set(ctx["order"])
+    checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
+    kinds = {k["name"]: k["kind"] for k in meta["kernels"]}
+    rows = [{"name": n, "kind": kinds[n], "tflops": tflops_of(case_rows(summary), n), "published_tflops": None}
+            for n in ctx["order"]]
+    tflops_figure(rows, gpu_name, meta["case"], report_dir / FIGURES["tflops"])
+    sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]
+    timed = [s["name"] for s in ctx["steps"] if s["tflops"]]
+    best = (meta.get("headline") or timed[-1:] or [None])[0]  # a config without `headline`: the last timed
+    headline = {**({best: "the line's best"} if best else {}), **{n: "the goal's rival" for n in ctx["rivals"].values()}}
+    sweep_figure(sweep, ctx["order"], headline, gpu_name, meta["case"], report_dir / FIGURES["sweep"])
+    measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
+    text = fill(template, **ctx, meta=meta, slug=slug, gpu_name=gpu_name, figures=FIGURES, commits=measured,
+                correctness=correctness(checked, [k["name"] for k in ctx["line"]]))
+    write_text(report_dir / "hopper.md", text)
