@@ -1,6 +1,7 @@
 """A GPU's archive read back for its reports: the tables of results/<gpu>/ and kernels.json, each
 checked (validation), so that a table cut short, from an older pipeline or edited is refused with one
-line before anything is drawn."""
+line before anything is drawn; and the ways the reports read a table, each written once: a figure as
+kernel x S, and a cell without a value (NaN) as None."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,3 +46,26 @@ def read_paired(results_dir: Path | str, meta: dict) -> dict:
     return {name: read_table(Path(results_dir) / f"{name}.csv", columns) if meta.get(name) else None
             for name, columns in (("head_to_head", HEAD_TO_HEAD_COLUMNS), ("cycles", CYCLES_COLUMNS))}
 
+
+def nan_as_none(value):
+    """A cell as the templates read it: None where the table has no value (NaN), else the value."""
+    return None if value is None or pd.isna(value) else value
+
+
+def by_s(table: pd.DataFrame, column: str, kernels: list[str] | None = None,
+         lengths: list[int] | None = None) -> pd.DataFrame:
+    """`column` of a table of a row per kernel and S (summary.csv's sweep, cycles.csv) as kernel x S,
+    NaN where a kernel has no value at an S. Its rows: those of `kernels` the table has, in that
+    order (every kernel with a value where None); its columns: `lengths` (every S with a value where
+    None)."""
+    frame = table.pivot_table(index="kernel", columns="S", values=column) if not table.empty else pd.DataFrame()
+    if kernels is not None:
+        frame = frame.reindex([n for n in kernels if n in set(table.kernel)])
+    return frame if lengths is None else frame.reindex(columns=lengths)
+
+
+def sweep_rows(frame: pd.DataFrame) -> list[dict]:
+    """A kernel x S frame of TFLOPS (by_s) as the templates' rows: each kernel's name and its figure
+    at each S, None where it has none."""
+    return [{"name": name, "tflops": [nan_as_none(v) for v in values]}
+            for name, values in zip(frame.index, frame.itertuples(index=False))]

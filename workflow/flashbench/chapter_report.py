@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import attention, claims, conclusions
+from .archive_tables import by_s, nan_as_none, sweep_rows
 from .check import METRICS
 from .config import sweep_steps
 from .figures import stalls_figure, sweep_figure, tflops_figure
@@ -19,10 +20,6 @@ from .templates import fill
 FIGURES = {"tflops": "tflops.png", "sweep": "sweep.png", "stalls": "stalls.png"}
 WRITTEN = ("report.md", *FIGURES.values())  # what render writes
 LIBRARY_NAMES = {"torch": "torch", "cudnn": "cuDNN", "flash_attn": "flash-attn-4", "cutlass_dsl": "CUTLASS DSL"}
-
-
-def _none(x):
-    return None if x is None or (isinstance(x, float) and pd.isna(x)) else x
 
 
 def correctness(checked: pd.DataFrame, order: list[str]) -> list[dict]:
@@ -76,17 +73,13 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     for k in kernels:
         r = case[case.kernel == k["name"]]
         r = r.iloc[0] if len(r) else {}
-        row = {**k, **{f: _none(r.get(f)) for f in (*TIMED, "throttled")}, "step": step.get(k["name"])}
+        row = {**k, **{f: nan_as_none(r.get(f)) for f in (*TIMED, "throttled")}, "step": step.get(k["name"])}
         row["of_baseline"] = (row["tflops"] / timed_case[baseline]
                               if row["tflops"] is not None and baseline in timed_case else None)
         rows.append(row)
     sweep = summary[summary.series == "sweep"]
     order = [k["name"] for k in kernels]
-    def sweep_table(figure: str) -> pd.DataFrame:
-        return (sweep.pivot_table(index="kernel", columns="S", values=figure).reindex(
-            [n for n in order if n in set(sweep.kernel)]) if not sweep.empty else pd.DataFrame())
-
-    by_steps, by_graph = sweep_table("tflops"), sweep_table("tflops_graph")
+    by_steps, by_graph = by_s(sweep, "tflops", order), by_s(sweep, "tflops_graph", order)
     archs = sorted(resources.arch.unique(), key=lambda a: (a != meta["gpu_arch"], a))
     l2 = provs[0]["l2_bytes"] if provs else None
     inputs = next((k["timing"]["input_bytes"] for k in kernels if k.get("timing")), None)
@@ -114,15 +107,13 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "archs": archs,
         "resources": {(r.kernel, r.arch): r._asdict() for r in resources.itertuples()},
         "correctness": correctness(checked, order=[k["name"] for k in kernels]),
-        "failures": [{k: _none(v) for k, v in row.items()} for row in checked[checked.passed != True].to_dict("records")],  # noqa: E712
+        "failures": [{k: nan_as_none(v) for k, v in row.items()} for row in checked[checked.passed != True].to_dict("records")],  # noqa: E712
         **checked_shapes(checked),
         "throttled": list(dict.fromkeys(r.kernel for r in case[case.throttled == True].itertuples())),  # noqa: E712
         "sweep_lengths": [int(s) for s in by_steps.columns],
-        "sweep_rows": [{"name": name, "tflops": [_none(v) for v in values]}
-                       for name, values in zip(by_steps.index, by_steps.itertuples(index=False))],
-        "sweep_graph_rows": [{"name": name, "tflops": [_none(v) for v in values]}
-                             for name, values in zip(by_graph.index, by_graph.itertuples(index=False))],
-        "profile": [{k: _none(v) for k, v in row.items()} for row in profile.to_dict("records")],
+        "sweep_rows": sweep_rows(by_steps),
+        "sweep_graph_rows": sweep_rows(by_graph),
+        "profile": [{k: nan_as_none(v) for k, v in row.items()} for row in profile.to_dict("records")],
         "profiled": {k["name"]: k["profile"] for k in kernels if k.get("profile")},
         "findings": conclusions.findings(checked, resources, meta, gpu_name),
         "claims": claims.claims(checked, resources, meta, gpu_name),

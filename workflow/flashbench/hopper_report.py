@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .archive_tables import by_s, nan_as_none, sweep_rows
 from .chapter_report import correctness
 from .figures import sweep_figure, tflops_figure
 from .files import write_text
@@ -39,7 +40,7 @@ NEXT_EFFICIENCY_CASE, NEXT_LONG_S, NEXT_EFFICIENCY_LONG = 0.75, 8192, 0.85
 def tflops_of(frame: pd.DataFrame, name: str, column: str = "tflops") -> float | None:
     """`name`'s figure (`column`) in `frame` (case rows, or one length of the sweep), or None."""
     row = frame[frame.kernel == name]
-    return float(row.iloc[0][column]) if len(row) and pd.notna(row.iloc[0][column]) else None
+    return nan_as_none(row.iloc[0][column]) if len(row) else None
 
 
 def _where(is_case: bool, S: int) -> str:
@@ -53,20 +54,20 @@ COMPARED = ("ratio", "ci_low", "ci_high", "verdict", "fair", "version_tflops", "
 
 def _comparison(row) -> dict:
     """One row of head_to_head.csv as the template reads it (NaN, as where no energy was read: None)."""
-    return {key: None if pd.isna(value) else value for key, value in row._asdict().items() if key in COMPARED}
+    return {key: nan_as_none(value) for key, value in row._asdict().items() if key in COMPARED}
 
 
 def cycles_over(cycles: pd.DataFrame, version: str) -> pd.DataFrame | None:
     """Each kernel's cycle count over `version`'s, at each S (kernel x S; NaN where either was not
     counted there), or None where `version` was not counted at all."""
-    by_s = cycles.pivot_table(index="kernel", columns="S", values="cycles")
-    return by_s.div(by_s.loc[version], axis=1) if version in by_s.index else None
+    counts = by_s(cycles, "cycles")
+    return counts.div(counts.loc[version], axis=1) if version in counts.index else None
 
 
 def _cell(frame: pd.DataFrame | None, row, column) -> float | None:
-    if frame is None or row not in frame.index or column not in frame.columns or pd.isna(frame.at[row, column]):
+    if frame is None or row not in frame.index or column not in frame.columns:
         return None
-    return float(frame.at[row, column])
+    return nan_as_none(frame.at[row, column])
 
 
 def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | None = None) -> dict | None:
@@ -167,20 +168,17 @@ def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
                for r in table[table.is_case].itertuples()]  # the table is in table order
     over_s = table[table.kernel.isin(contestants)]
     lengths = sorted(int(s) for s in over_s.S.unique())
-
-    def by_s(column: str) -> pd.DataFrame:
-        return over_s.pivot_table(index="kernel", columns="S", values=column).reindex(index=contestants, columns=lengths)
-
-    def cells(row) -> list:
-        return [None if pd.isna(x) else float(x) for x in row]
-
-    cycles, efficiency = by_s("cycles"), by_s("efficiency_per_cycle")
+    cycles, efficiency = (by_s(over_s, column, contestants, lengths) for column in ("cycles", "efficiency_per_cycle"))
     best = contestants[0] if contestants and contestants[0] == (headline or [None])[0] else None
     over = cycles_over(over_s, best).reindex(index=contestants, columns=lengths) if best else None
     return {"at_case": at_case, "lengths": lengths, "best": best,
-            "by_s": [{"kernel": n, "cycles": cells(cycles.loc[n]), "efficiency": cells(efficiency.loc[n])}
+            "by_s": [{"kernel": n, "cycles": _cells(cycles.loc[n]), "efficiency": _cells(efficiency.loc[n])}
                      for n in contestants],
-            "ratios": [{"rival": n, "ratios": cells(over.loc[n])} for n in contestants[1:]] if best else []}
+            "ratios": [{"rival": n, "ratios": _cells(over.loc[n])} for n in contestants[1:]] if best else []}
+
+
+def _cells(row: pd.Series) -> list:
+    return [nan_as_none(x) for x in row]
 
 
 def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict,
@@ -210,12 +208,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     lengths = sorted(int(s) for s in sweep.S.unique()) if not sweep.empty else []
     order = [k["name"] for k in line] + [n for n in chapter_versions[-1:]] + peers
     table = sweep[sweep.kernel.isin(order)]
-    by_s = {}
-    for column in ("tflops", "tflops_graph"):
-        pivot = table.pivot_table(index="kernel", columns="S", values=column) if not table.empty else pd.DataFrame()
-        pivot = pivot.reindex([n for n in order if n in pivot.index])
-        by_s[column] = [{"name": n, "tflops": [None if pd.isna(v) else float(v) for v in row]}
-                        for n, row in zip(pivot.index, pivot.itertuples(index=False))]
+    by_length = {column: sweep_rows(by_s(table.dropna(subset=[column]), column, order))  # the kernels with a figure
+                 for column in ("tflops", "tflops_graph")}
 
     head_to_head_goal = paired_goal(head_to_head, meta, cycles)
     # the step method's figures that timed the CPU's dispatch rather than the kernel: (name, S)
@@ -229,12 +223,12 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         if len(p):
             r = p.iloc[0]
             top = sorted(stall_columns, key=lambda c: -(r[c] if pd.notna(r[c]) else 0))[:SHOWN_STALLS]
-            readings.append({"kernel": name, **{m: (None if pd.isna(r[m]) else float(r[m])) for m in
+            readings.append({"kernel": name, **{m: nan_as_none(r[m]) for m in
                                                 ("duration_us", "tensor_pipe_pct", "issue_active_pct", "eligible_warps",
                                                  "registers", "achieved_occupancy_pct")},
                              "stalls": [(c.removeprefix("stall_"), float(r[c])) for c in top]})
     return {
-        "line": line, "steps": steps, "rivals": rivals, "lengths": lengths, "sweep": by_s, "readings": readings,
+        "line": line, "steps": steps, "rivals": rivals, "lengths": lengths, "sweep": by_length, "readings": readings,
         "min_s": GOAL_MIN_S,
         "not_run": [k for k in line if not k.get("check_passed")],
         "order": order,
