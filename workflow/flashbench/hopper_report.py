@@ -37,6 +37,11 @@ NEXT_MIN_S = 1024
 NEXT_EFFICIENCY_CASE, NEXT_LONG_S, NEXT_EFFICIENCY_LONG = 0.75, 8192, 0.85
 
 
+def line_best(meta: dict) -> str | None:
+    """The line's best version: the first of config's `headline`, None in a run without one."""
+    return (meta.get("headline") or [None])[0]
+
+
 def tflops_of(frame: pd.DataFrame, name: str, column: str = "tflops") -> float | None:
     """`name`'s figure (`column`) in `frame` (case rows, or one length of the sweep), or None."""
     row = frame[frame.kernel == name]
@@ -75,10 +80,10 @@ def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | N
     interval and verdict by CUDA graph and back to back, and beside them the rival's cycles over the
     version's where both were counted there. The goal is reached where no fair verdict against the
     goal's rivals is "behind" at the case and at every S >= GOAL_MIN_S."""
-    headline = meta.get("headline") or []
-    if table is None or table.empty or not headline:
+    best = line_best(meta)
+    if table is None or table.empty or best is None:
         return None
-    best, settings = headline[0], meta.get("head_to_head") or {}
+    headline, settings = meta["headline"], meta.get("head_to_head") or {}
     goal_rivals = [k["name"] for k in meta["kernels"] if k["kind"] == "peer" and k.get("backend") in RIVALS]
     mine = table[table.version == best]
     against = mine[~mine.rival.isin(headline)]  # its predecessors: a table of their own
@@ -169,7 +174,7 @@ def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
     over_s = table[table.kernel.isin(contestants)]
     lengths = sorted(int(s) for s in over_s.S.unique())
     cycles, efficiency = (by_s(over_s, column, contestants, lengths) for column in ("cycles", "efficiency_per_cycle"))
-    best = contestants[0] if contestants and contestants[0] == (headline or [None])[0] else None
+    best = contestants[0] if contestants and contestants[0] == line_best(meta) else None
     over = cycles_over(over_s, best).reindex(index=contestants, columns=lengths) if best else None
     return {"at_case": at_case, "lengths": lengths, "best": best,
             "by_s": [{"kernel": n, "cycles": _cells(cycles.loc[n]), "efficiency": _cells(efficiency.loc[n])}
@@ -252,7 +257,7 @@ def render(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame
     tflops_figure(rows, gpu_name, meta["case"], report_dir / FIGURES["tflops"])
     sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]
     timed = [s["name"] for s in ctx["steps"] if s["tflops"]]
-    best = (meta.get("headline") or timed[-1:] or [None])[0]  # a config without `headline`: the last timed
+    best = line_best(meta) or (timed[-1] if timed else None)  # a config without `headline`: the last timed
     headline = {**({best: "the line's best"} if best else {}), **{n: "the goal's rival" for n in ctx["rivals"].values()}}
     sweep_figure(sweep, ctx["order"], headline, gpu_name, meta["case"], report_dir / FIGURES["sweep"])
     measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
