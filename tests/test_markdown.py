@@ -5,7 +5,7 @@ import re
 
 import pandas as pd
 
-from flashbench import compare, gpu_reports, markdown
+from flashbench import gpu_comparison, gpu_reports, markdown
 
 import records
 from conftest import ROOT
@@ -55,7 +55,7 @@ def test_every_report_escapes_text_from_config_and_records(tmp_path):
 
     reports = tmp_path / "reports"
     gpu_reports.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200")
-    compare.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
+    gpu_comparison.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
     for name in ("report.md", "hopper.md", "README.md"):
         text = (reports / name).read_text()
         assert "<script" not in text and "<img" not in text and "<!--" not in text, name

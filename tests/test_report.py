@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from flashbench import (FlashbenchError, archive_tables, attention, chapter_report, claims, conclusions, figures,
-                        gpu_reports, hopper_report)
+                        gpu_comparison, gpu_reports, hopper_report)
 from flashbench.files import write_json
 from flashbench.summary import SUMMARY_COLUMNS, choices, own_choices
 
@@ -354,8 +354,6 @@ SMALLEST_FONT = 9  # pt, 15 px at DPI
 def drawn(tmp_path_factory):
     """Every figure of a render of the chapter and the Hopper line, and of the comparison: {file name:
     the matplotlib figure as saved}."""
-    from flashbench import compare
-
     tmp = tmp_path_factory.mktemp("figures")
     out = results_folder(tmp, {**G3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER)
     drawn, save = {}, figures._save
@@ -367,7 +365,7 @@ def drawn(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(figures, "_save", keep)
         gpu_reports.render(out, tmp / "reports", TEMPLATE, "nvidia-h200")
-        compare.render([out], ROOT / "workflow" / "templates" / "compare.md.j2", tmp / "README.md", tmp / "compare.png")
+        gpu_comparison.render([out], ROOT / "workflow" / "templates" / "compare.md.j2", tmp / "README.md", tmp / "compare.png")
     return drawn
 
 

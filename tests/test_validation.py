@@ -207,21 +207,21 @@ COMPARE_TEMPLATE = ROOT / "workflow" / "templates" / "compare.md.j2"
 @pytest.fixture
 def rendered(tmp_path):
     """A results folder and the reports rendered from it, as a run leaves them."""
-    from flashbench import compare, gpu_reports
+    from flashbench import gpu_comparison, gpu_reports
 
     out = records.results_folder(tmp_path, TFLOPS)
     gpu_reports.render(out, tmp_path / "reports", REPORT_TEMPLATE, "nvidia-h200")
-    compare.render([out], COMPARE_TEMPLATE, tmp_path / "reports" / "README.md", tmp_path / "reports" / "compare.png")
+    gpu_comparison.render([out], COMPARE_TEMPLATE, tmp_path / "reports" / "README.md", tmp_path / "reports" / "compare.png")
     return out, tmp_path / "reports"
 
 
 def refused_by_both(out, reports, message):
     """Neither report renders from `out`: one line naming the table, and what was rendered before stays."""
-    from flashbench import compare, gpu_reports
+    from flashbench import gpu_comparison, gpu_reports
 
     before = {p.name: p.read_bytes() for p in reports.iterdir()}
     for render in (lambda: gpu_reports.render(out, reports, REPORT_TEMPLATE, "nvidia-h200"),
-                   lambda: compare.render([out], COMPARE_TEMPLATE, reports / "README.md", reports / "compare.png")):
+                   lambda: gpu_comparison.render([out], COMPARE_TEMPLATE, reports / "README.md", reports / "compare.png")):
         with pytest.raises(validation.BadRecord) as raised:
             render()
         assert message in str(raised.value) and "\n" not in str(raised.value), str(raised.value)

@@ -347,7 +347,7 @@ def cmd_render(a) -> None:
 
 
 def cmd_compare(a) -> None:
-    from .compare import render
+    from .gpu_comparison import render
 
     print(f"wrote {render(a.results, a.template, a.table, a.figure)} and {a.figure}")
 

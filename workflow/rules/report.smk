@@ -79,7 +79,7 @@ rule compare_gpus:
         summaries=expand("results/{gpu}/summary.csv", gpu=reported_gpus()),
         kernels=expand("results/{gpu}/kernels.json", gpu=reported_gpus()),
         template=COMPARE_TEMPLATE,
-        code=package_modules("compare", "cli"),
+        code=package_modules("gpu_comparison", "cli"),
     output:
         table=archive_output(COMPARISON["table"]),
         figure=archive_output(in_report(COMPARISON["figure"], "figures", "comparison_figure")),
