@@ -6,7 +6,7 @@ from flashbench import attention
 from flashbench.config import Shape, sweep_steps
 from flashbench.files import read_json, write_json, write_text
 from flashbench.occupancy import blocks_per_sm
-from flashbench.summary import summarize
+from flashbench.summary import tidy_tables
 from flashbench.validation import Expected
 
 CASE = {"B": 1, "H": 64, "S": 1024, "D": 128}
@@ -187,9 +187,9 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
 
 
 def gather(paths: dict, kernels=KERNELS):
-    """summarize of `write`'s records (`paths`): summary, resources, profile tables and kernels.json."""
-    return summarize(kernels + PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90", CASE,
-                     paths["sweeps"], paths["profiles"], SETTINGS, expected=EXPECTED)
+    """tidy_tables of `write`'s records (`paths`): summary, resources, profile tables and kernels.json."""
+    return tidy_tables(kernels + PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90", CASE,
+                       paths["sweeps"], paths["profiles"], SETTINGS, expected=EXPECTED)
 
 
 def edit(path, change) -> None:

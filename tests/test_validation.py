@@ -7,7 +7,7 @@ import pytest
 from flashbench import FlashbenchError, validation
 from flashbench.cli import main
 from flashbench.files import read_json, write_json
-from flashbench.summary import summarize
+from flashbench.summary import tidy_tables
 
 import records
 from records import edit, gather
@@ -62,10 +62,10 @@ def test_the_archived_tables_are_what_its_records_summarize_to(results_dir, sett
     def paths(kind, of=names):
         return [results_dir / kind / f"{name}.json" for name in of]
 
-    tables = summarize(kernels, paths("check"), paths("bench"), compiled, "sm_90", settings.case.as_dict(),
-                       paths("sweep"), paths("profile", [k["name"] for k in kernels if k["kind"] != "peer"]),
-                       {"baseline": settings.baseline, "sweep": settings.sweep, "profile_note": None},
-                       expected=validation.Expected.from_settings(settings))
+    tables = tidy_tables(kernels, paths("check"), paths("bench"), compiled, "sm_90", settings.case.as_dict(),
+                         paths("sweep"), paths("profile", [k["name"] for k in kernels if k["kind"] != "peer"]),
+                         {"baseline": settings.baseline, "sweep": settings.sweep, "profile_note": None},
+                         expected=validation.Expected.from_settings(settings))
     for table, name in zip(tables, ("summary.csv", "resources.csv", "profile.csv")):
         archived = pd.read_csv(results_dir / name, nrows=0).columns
         # a column added since the archive was made (the dispatch readings) is not in its records either

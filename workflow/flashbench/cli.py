@@ -314,7 +314,7 @@ def cmd_launch_marked(a) -> None:
 
 def cmd_summarize(a) -> None:
     from . import cycles, headtohead
-    from .summary import summarize
+    from .summary import tidy_tables
 
     expected = Expected.from_json(a.expected)
     points = [read_record(p, "head_to_head", expected) for p in a.head_to_heads]
@@ -322,9 +322,9 @@ def cmd_summarize(a) -> None:
     # each point's contestants and each count held to one GPU and the cubins built now, as the rest
     more = {"cycles": {r["kernel"]: r for r in counts}, **{f"head_to_head/S{p['S']}": headtohead.as_records(p)
                                                           for p in points}}
-    summary, resources, profiles, meta = summarize(a.kernels, a.checks, a.benches, a.compiled, a.gpu_arch,
-                                                   a.case.as_dict(), a.sweeps, a.profiles, a.settings, expected=expected,
-                                                   more_records=more)
+    summary, resources, profiles, meta = tidy_tables(a.kernels, a.checks, a.benches, a.compiled, a.gpu_arch,
+                                                     a.case.as_dict(), a.sweeps, a.profiles, a.settings, expected=expected,
+                                                     more_records=more)
     tables = {"summary": summary, "resources": resources, "profile": profiles}
     if a.settings.get("head_to_head"):  # asked for in config: written, if only with its header
         tables["head_to_head"] = headtohead.table(points, a.settings)
