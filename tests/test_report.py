@@ -5,7 +5,7 @@ import re
 import pandas as pd
 import pytest
 
-from flashbench import (FlashbenchError, archive_tables, attention, chapter_report, claims, conclusions, figures,
+from flashbench import (FlashbenchError, archive_tables, attention, chapter_report, claims, figures, findings,
                         gpu_comparison, gpu_reports, hopper_report)
 from flashbench.files import write_json
 from flashbench.summary import SUMMARY_COLUMNS, choices, own_choices
@@ -82,7 +82,7 @@ def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
 def test_findings_only_state_what_the_numbers_show(tmp_path):
     out = results_folder(tmp_path, {"v11": 200.0, "v12": 150.0, "v13": 160.0, "br128": 150.0, "hybrid_smem": 161.0})
     summary, resources, _, meta = archive_tables.read_tables(out)
-    text = " ".join(conclusions.findings(summary, resources, meta, "NVIDIA H200"))
+    text = " ".join(findings.findings(summary, resources, meta, "NVIDIA H200"))
     assert "v12 against v11: -25.0%" in text  # a regression is stated as one
     assert "The largest step between versions here is v12 -> v13 (+6.7%)" in text
     assert "in the write-up it is v11 -> v12 (+51.8%)" in text

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import attention, claims, conclusions
+from . import attention, claims, findings
 from .archive_tables import by_s, nan_as_none, sweep_rows
 from .check import METRICS
 from .config import sweep_steps
@@ -65,7 +65,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     gpu_name = provs[0]["gpu"] if provs else slug
     checked = summary[summary.series == "check"]
     case = case_rows(summary)
-    step = {s["kernel"]: s for s in conclusions.steps(case, kernels)}
+    step = {s["kernel"]: s for s in findings.steps(case, kernels)}
     timed_case = {r.kernel: r.tflops for r in case.itertuples() if pd.notna(r.tflops)}
     baseline = meta.get("baseline")
     published = {k["name"]: k.get("published_tflops") for k in kernels}
@@ -115,7 +115,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "sweep_graph_rows": sweep_rows(by_graph),
         "profile": [{k: nan_as_none(v) for k, v in row.items()} for row in profile.to_dict("records")],
         "profiled": {k["name"]: k["profile"] for k in kernels if k.get("profile")},
-        "findings": conclusions.findings(checked, resources, meta, gpu_name),
+        "findings": findings.findings(checked, resources, meta, gpu_name),
         "claims": claims.claims(checked, resources, meta, gpu_name),
         "profiler_claims": claims.profiler_claims(profile, resources, meta),
         "conclusions": claims.conclusions(checked, resources, meta, gpu_name, profile),

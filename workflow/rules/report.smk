@@ -63,7 +63,7 @@ rule render_report:
         kernels="results/{gpu}/kernels.json",
         template=REPORT_TEMPLATE,
         hopper_template=HOPPER_TEMPLATE,
-        code=package_modules("gpu_reports", "conclusions", "claims", "occupancy", "profile", "hopper_report", "cli"),
+        code=package_modules("gpu_reports", "findings", "claims", "occupancy", "profile", "hopper_report", "cli"),
     output:
         **{name: archive_output(f"reports/{{gpu}}/{name}.md") for name in REPORTS},
         **{Path(figure).stem: archive_output(in_report(figure, "figures")) for figure in report_figures("{gpu}")},
