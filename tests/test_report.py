@@ -327,7 +327,8 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     assert (tmp_path / "b" / "reports" / "hopper_sweep.png").stat().st_size > 1000
     slow = results_folder(tmp_path / "c", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER,
                           paired={"v15": 550.0, "v14": 436.0, "sdpa_auto": 560.0})
-    goal = hopper_report.context(*archive_tables.read_tables(slow), **archive_tables.read_paired(slow, archive_tables.read_tables(slow)[3]))["paired"]
+    tables = archive_tables.read_tables(slow)
+    goal = hopper_report.context(*tables, **archive_tables.read_paired(slow, tables[3]))["goal_verdicts"]
     assert goal["best"] == "v15" and goal["complete"] and not goal["reached"]
     assert "sdpa_auto at case (graph)" in goal["behind"]
     none = results_folder(tmp_path / "d", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER)
@@ -412,7 +413,7 @@ def test_sweep_lines_each_their_own_ours_solid_peers_dashed_headline_thicker(dra
 
 
 def _next_goal_inputs(graph_low: float, cycles: float, efficiency: float):
-    """A head-to-head (as paired_goal leaves it) at the case and S=8192 against cuDNN and FlashAttention's
+    """A head-to-head (as goal_verdicts leaves it) at the case and S=8192 against cuDNN and FlashAttention's
     kernel, every lower end and cycle ratio the same, and the version's cycle counts there."""
     points = [{"where": w, "S": s, "is_case": w == "case", "rival": r, "cycles_ratio": cycles,
                "graph": {"ci_low": graph_low}}
@@ -429,20 +430,20 @@ def _next_goal_inputs(graph_low: float, cycles: float, efficiency: float):
 
 
 def test_the_next_goal_needs_both_ratios_at_each_rivals_factor_and_the_efficiency_per_cycle():
-    paired, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.90)
-    goal = hopper_report.next_goal(paired, cycles, meta)
+    goal_verdicts, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.90)
+    goal = hopper_report.next_goal(goal_verdicts, cycles, meta)
     assert goal["complete"] and goal["reached"] and len(goal["ratios"]) == 4 and len(goal["efficiency"]) == 2
     assert goal["missing"] == []
-    paired, cycles, meta = _next_goal_inputs(1.08, 1.12, 0.90)  # cuDNN short by graph only
-    goal = hopper_report.next_goal(paired, cycles, meta)
+    goal_verdicts, cycles, meta = _next_goal_inputs(1.08, 1.12, 0.90)  # cuDNN short by graph only
+    goal = hopper_report.next_goal(goal_verdicts, cycles, meta)
     assert not goal["reached"] and goal["misses"] == ["sdpa_cudnn at case", "sdpa_cudnn at S=8192"]
-    paired, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.80)  # 80%: the case's 75%, not long S's 85%
-    assert hopper_report.next_goal(paired, cycles, meta)["misses"] == ["80.0% per cycle at S=8192"]
-    del paired["points"][3]  # FlashAttention's kernel at S=8192 missing: not judged, and said where
-    goal = hopper_report.next_goal(paired, cycles, meta)
+    goal_verdicts, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.80)  # 80%: the case's 75%, not long S's 85%
+    assert hopper_report.next_goal(goal_verdicts, cycles, meta)["misses"] == ["80.0% per cycle at S=8192"]
+    del goal_verdicts["points"][3]  # FlashAttention's kernel at S=8192 missing: not judged, and said where
+    goal = hopper_report.next_goal(goal_verdicts, cycles, meta)
     assert not goal["complete"] and not goal["reached"] and goal["missing"] == ["flash_attn_cute at S=8192"]
-    del paired["points"][1]  # FlashAttention's kernel nowhere (flash-attn-4 not installed): named once
-    paired["points"][0]["cycles_ratio"] = None
-    goal = hopper_report.next_goal(paired, cycles[cycles.S != 8192], meta)
+    del goal_verdicts["points"][1]  # FlashAttention's kernel nowhere (flash-attn-4 not installed): named once
+    goal_verdicts["points"][0]["cycles_ratio"] = None
+    goal = hopper_report.next_goal(goal_verdicts, cycles[cycles.S != 8192], meta)
     assert goal["missing"] == ["flash_attn_cute (not in this run's head-to-head)", "sdpa_cudnn's cycles at case",
                                "the best version's cycles at S >= 8192"] and not goal["complete"]

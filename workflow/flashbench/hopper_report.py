@@ -75,11 +75,11 @@ def _cell(frame: pd.DataFrame | None, row, column) -> float | None:
     return nan_as_none(frame.at[row, column])
 
 
-def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | None = None) -> dict | None:
-    """The goal from the head-to-head: per rival and point, the best headline version's paired ratio,
-    interval and verdict by CUDA graph and back to back, and beside them the rival's cycles over the
-    version's where both were counted there. The goal is reached where no fair verdict against the
-    goal's rivals is "behind" at the case and at every S >= GOAL_MIN_S."""
+def goal_verdicts(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | None = None) -> dict | None:
+    """The goal judged from the head-to-head: per rival and point, the best headline version's paired
+    ratio, interval and verdict by CUDA graph and back to back, and beside them the rival's cycles
+    over the version's where both were counted there. The goal is reached where no fair verdict
+    against the goal's rivals is "behind" at the case and at every S >= GOAL_MIN_S."""
     best = line_best(meta)
     if table is None or table.empty or best is None:
         return None
@@ -110,32 +110,32 @@ def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | N
                              for r in mine[mine.rival.isin(headline[1:])].itertuples()]}
 
 
-def next_goal(paired: dict | None, cycles: pd.DataFrame | None, meta: dict) -> dict | None:
+def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict) -> dict | None:
     """The next goal (NEXT_FACTORS, NEXT_EFFICIENCY_*): for each of its rivals at the case and at each S
     from NEXT_MIN_S, the best version's interval's lower end by graph and the rival's cycles over its,
     against the factor; the best version's efficiency per cycle at the case and from NEXT_LONG_S up.
     Judged where every such point and count is there; None without a head-to-head and cycle counts."""
-    if not paired or cycles is None or cycles.empty:
+    if not verdicts or cycles is None or cycles.empty:
         return None
     factor = {k["name"]: NEXT_FACTORS[k["backend"]] for k in meta["kernels"]
               if k["kind"] == "peer" and k.get("backend") in NEXT_FACTORS}
     ratios = [{"where": p["where"], "rival": p["rival"], "factor": factor[p["rival"]], "graph_low": p["graph"]["ci_low"],
                "cycles": p["cycles_ratio"]}
-              for p in paired["points"] if p["rival"] in factor and (p["is_case"] or p["S"] >= NEXT_MIN_S)]
+              for p in verdicts["points"] if p["rival"] in factor and (p["is_case"] or p["S"] >= NEXT_MIN_S)]
     for r in ratios:
         r["met"] = r["cycles"] is not None and min(r["graph_low"], r["cycles"]) >= r["factor"]
-    mine = cycles[cycles.kernel == paired["best"]]
+    mine = cycles[cycles.kernel == verdicts["best"]]
     efficiency = [{"where": _where(r.is_case, r.S), "efficiency": float(r.efficiency_per_cycle),
                    "floor": NEXT_EFFICIENCY_CASE if r.is_case else NEXT_EFFICIENCY_LONG}
                   for r in mine.itertuples() if r.is_case or r.S >= NEXT_LONG_S]
     for e in efficiency:
         e["met"] = e["efficiency"] >= e["floor"]
-    wheres = list(dict.fromkeys(p["where"] for p in paired["points"] if p["is_case"] or p["S"] >= NEXT_MIN_S))
+    wheres = list(dict.fromkeys(p["where"] for p in verdicts["points"] if p["is_case"] or p["S"] >= NEXT_MIN_S))
     missing = _next_goal_missing(wheres, factor, ratios, efficiency)
     complete = not missing
     misses = [f"{r['rival']} at {r['where']}" for r in ratios if not r["met"]]
     misses += [f"{100 * e['efficiency']:.1f}% per cycle at {e['where']}" for e in efficiency if not e["met"]]
-    return {"best": paired["best"], "ratios": ratios, "efficiency": efficiency, "complete": complete,
+    return {"best": verdicts["best"], "ratios": ratios, "efficiency": efficiency, "complete": complete,
             "reached": complete and not misses, "misses": misses, "missing": missing, "factors": factor,
             "min_s": NEXT_MIN_S, "long_s": NEXT_LONG_S, "efficiency_case": NEXT_EFFICIENCY_CASE,
             "efficiency_long": NEXT_EFFICIENCY_LONG}
@@ -216,7 +216,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     by_length = {column: sweep_rows(by_s(table.dropna(subset=[column]), column, order))  # the kernels with a figure
                  for column in ("tflops", "tflops_graph")}
 
-    head_to_head_goal = paired_goal(head_to_head, meta, cycles)
+    verdicts = goal_verdicts(head_to_head, meta, cycles)
     # the step method's figures that timed the CPU's dispatch rather than the kernel: (name, S)
     flagged = sweep[sweep.kernel.isin(order) & (sweep.dispatch_bound == True)]  # noqa: E712  (NaN: not timed)
     dispatch_bound = sorted({(n, int(s)) for n, s in zip(flagged.kernel, flagged.S)})
@@ -237,8 +237,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "min_s": GOAL_MIN_S,
         "not_run": [k for k in line if not k.get("check_passed")],
         "order": order,
-        "paired": head_to_head_goal,
-        "next_goal": next_goal(head_to_head_goal, cycles, meta),
+        "goal_verdicts": verdicts,
+        "next_goal": next_goal(verdicts, cycles, meta),
         "cycles": cycle_counts(cycles, meta),
         "dispatch_bound": dispatch_bound,
     }
