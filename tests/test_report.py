@@ -395,9 +395,9 @@ def test_bars_fill_our_kernels_hatch_the_peers_and_read_horizontally(drawn):
         assert [legend.get_title().get_text() for legend in legends] == ["TFLOPS from", "implementation"], name
 
 
-def test_sweep_lines_each_their_own_ours_solid_peers_dashed_headline_thicker(drawn):
+def test_sweep_lines_each_their_own_ours_solid_peers_dashed_the_emphasized_thicker(drawn):
     peers = {p["name"] for p in records.PEERS}
-    for name, headline in (("sweep.png", {"v13", "sdpa_auto"}), ("hopper_sweep.png", {"v15", "sdpa_auto"})):
+    for name, emphasized in (("sweep.png", {"v13", "sdpa_auto"}), ("hopper_sweep.png", {"v15", "sdpa_auto"})):
         ax = drawn[name].axes[0]
         lines = {line.get_label(): line for line in ax.get_lines()}
         assert peers <= set(lines) and len(lines) > len(peers), name
@@ -406,7 +406,7 @@ def test_sweep_lines_each_their_own_ours_solid_peers_dashed_headline_thicker(dra
         assert len({tuple(line.get_color()) for line in lines.values()}) == len(lines), f"{name}: a colour twice"
         for label, line in lines.items():
             assert (line.get_linestyle() == "--") == (label in peers), (name, label)  # dashes show as "--"
-            assert (line.get_linewidth() == figures.HEADLINE_WIDTH) == (label in headline), (name, label)
+            assert (line.get_linewidth() == figures.EMPHASIZED_WIDTH) == (label in emphasized), (name, label)
         legends = list(dict.fromkeys(a for a in ax.get_children() if isinstance(a, type(ax.legend_))))
         assert [legend.get_title().get_text() for legend in legends] == ["our kernels (solid)",
                                                                          "PyTorch peers (dashed)"], name

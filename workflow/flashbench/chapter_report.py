@@ -145,10 +145,10 @@ def render(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame
     text = fill(template, **ctx)
     order = ctx["order"]
     last_version = [k["name"] for k in meta["kernels"] if k["kind"] == "version"][-1:]
-    headline = {**{n: "the chapter's last" for n in last_version},
+    emphasized = {**{n: "the chapter's last" for n in last_version},
                 **({ctx["baseline"]: "the baseline"} if ctx["baseline"] else {})}
     tflops_figure(ctx["rows"], ctx["gpu_name"], meta["case"], report_dir / FIGURES["tflops"])
-    sweep_figure(summary[summary.series == "sweep"], order, headline, ctx["gpu_name"], meta["case"],
+    sweep_figure(summary[summary.series == "sweep"], order, emphasized, ctx["gpu_name"], meta["case"],
                  report_dir / FIGURES["sweep"])
     stalls_figure(profile, order, report_dir / FIGURES["stalls"])
     write_text(report_dir / "report.md", text)

@@ -17,7 +17,7 @@ PEER = "peer"  # the kind of a PyTorch peer in kernels.json; every other kind is
 OURS_PALETTE, PEERS_PALETTE = "tab10", "Dark2"
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 PEER_DASHES = ((5, 2), (2, 1.5), (6, 2, 1.5, 2), (1, 1), (8, 2, 1.5, 2, 1.5, 2), (3, 3))
-HEADLINE_WIDTH, LINE_WIDTH = 3.0, 1.6
+EMPHASIZED_WIDTH, LINE_WIDTH = 3.0, 1.6
 FONT = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10, "ytick.labelsize": 10,
         "legend.fontsize": 10, "legend.title_fontsize": 10}
 
@@ -47,13 +47,13 @@ def _nothing_to_plot(ax, why: str) -> None:
     ax.set_axis_off()
 
 
-def line_styles(names: list[str], kinds: dict[str, str], headline: dict[str, str] | None = None) -> dict[str, dict]:
+def line_styles(names: list[str], kinds: dict[str, str], emphasized: dict[str, str] | None = None) -> dict[str, dict]:
     """matplotlib keywords of each implementation's line, in `names` order: ours solid, each its own
-    colour and marker; the peers dashed, each its own colour, dash and marker; the `headline` ones
+    colour and marker; the peers dashed, each its own colour, dash and marker; the `emphasized` ones
     thicker."""
     import seaborn as sns
 
-    headline = headline or {}
+    emphasized = emphasized or {}
     ours = [n for n in names if kinds[n] != PEER]
     peers = [n for n in names if kinds[n] == PEER]
     styles = {}
@@ -61,8 +61,8 @@ def line_styles(names: list[str], kinds: dict[str, str], headline: dict[str, str
         colours = sns.color_palette(palette, max(len(group), 1))
         for i, name in enumerate(group):
             style = {"color": colours[i % len(colours)], "marker": MARKERS[i % len(MARKERS)],
-                     "linewidth": HEADLINE_WIDTH if name in headline else LINE_WIDTH,
-                     "markersize": 7 if name in headline else 5}
+                     "linewidth": EMPHASIZED_WIDTH if name in emphasized else LINE_WIDTH,
+                     "markersize": 7 if name in emphasized else 5}
             if group is peers:
                 style |= {"dashes": PEER_DASHES[i % len(PEER_DASHES)], "markerfacecolor": "white"}
             styles[name] = style
@@ -128,9 +128,9 @@ def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path) -> No
                 f"Attention forward, B={case['B']} H={case['H']} S={case['S']} D={case['D']}, fp16", path)
 
 
-def sweep_figure(sweep: pd.DataFrame, order: list[str], headline: dict[str, str], gpu_name: str, case: dict,
+def sweep_figure(sweep: pd.DataFrame, order: list[str], emphasized: dict[str, str], gpu_name: str, case: dict,
                  path: Path) -> None:
-    """TFLOPS against S, one line per kernel or peer (ours solid, the peers dashed), the `headline`
+    """TFLOPS against S, one line per kernel or peer (ours solid, the peers dashed), the `emphasized`
     ones ({name: why}) thicker, their legend entries saying why."""
     import matplotlib
     from matplotlib.lines import Line2D
@@ -143,7 +143,7 @@ def sweep_figure(sweep: pd.DataFrame, order: list[str], headline: dict[str, str]
         else:
             kinds = dict(zip(timed.kernel, timed.kind))
             names = [n for n in order if n in kinds]
-            styles = line_styles(names, kinds, headline)
+            styles = line_styles(names, kinds, emphasized)
             for name in names:
                 points = timed[timed.kernel == name].sort_values("S")
                 ax.plot(points.S, points.tflops, label=name, **styles[name])
@@ -156,7 +156,8 @@ def sweep_figure(sweep: pd.DataFrame, order: list[str], headline: dict[str, str]
             ax.grid(alpha=0.3)
 
             def handle(name):
-                return Line2D([], [], label=name + (f" ({headline[name]})" if name in headline else ""), **styles[name])
+                why = f" ({emphasized[name]})" if name in emphasized else ""
+                return Line2D([], [], label=name + why, **styles[name])
 
             _legend_outside(ax, {"our kernels (solid)": [handle(n) for n in names if kinds[n] != PEER],
                                  "PyTorch peers (dashed)": [handle(n) for n in names if kinds[n] == PEER]})

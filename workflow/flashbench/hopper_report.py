@@ -258,8 +258,9 @@ def render(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame
     sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]
     timed = [s["name"] for s in ctx["steps"] if s["tflops"]]
     best = line_best(meta) or (timed[-1] if timed else None)  # a config without `headline`: the last timed
-    headline = {**({best: "the line's best"} if best else {}), **{n: "the goal's rival" for n in ctx["rivals"].values()}}
-    sweep_figure(sweep, ctx["order"], headline, gpu_name, meta["case"], report_dir / FIGURES["sweep"])
+    emphasized = {**({best: "the line's best"} if best else {}),
+                  **{n: "the goal's rival" for n in ctx["rivals"].values()}}
+    sweep_figure(sweep, ctx["order"], emphasized, gpu_name, meta["case"], report_dir / FIGURES["sweep"])
     measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
     text = fill(template, **ctx, meta=meta, slug=slug, gpu_name=gpu_name, figures=FIGURES, commits=measured,
                 correctness=correctness(checked, [k["name"] for k in ctx["line"]]))
