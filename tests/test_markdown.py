@@ -8,9 +8,10 @@ import pandas as pd
 from flashbench import gpu_comparison, gpu_reports, markdown
 
 import records
-from conftest import ROOT
+from conftest import ROOT, shipped_settings
 
 TEMPLATES = ROOT / "workflow" / "templates"
+GOAL = shipped_settings().goal  # the Hopper report's
 EVIL_CHANGE = "fused | unfused\nnext line <script>alert(1)</script> &amp; <!-- c -->"
 EVIL_NAME = "<img src=x onerror=alert(1)>"
 ESCAPED_CHANGE = "fused \\| unfused next line &lt;script>alert(1)&lt;/script> &amp;amp; &lt;!-- c -->"
@@ -54,7 +55,7 @@ def test_every_report_escapes_text_from_config_and_records(tmp_path):
     (out / "kernels.json").write_text(json.dumps(meta))
 
     reports = tmp_path / "reports"
-    gpu_reports.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200")
+    gpu_reports.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200", GOAL)
     gpu_comparison.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
     for name in ("report.md", "hopper.md", "README.md"):
         text = (reports / name).read_text()

@@ -11,10 +11,11 @@ from flashbench.files import write_json
 from flashbench.summary import SUMMARY_COLUMNS, choices, own_choices
 
 import records
-from conftest import ROOT
+from conftest import ROOT, shipped_settings
 from records import results_folder
 
 TEMPLATE = ROOT / "workflow" / "templates" / "report.md.j2"
+GOAL = shipped_settings().goal  # the Hopper report's
 # TFLOPS at the case of the chapter's kernels, for most of the tests below
 G3 = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
 
@@ -49,7 +50,7 @@ def g3_report(tmp_path_factory):
     """report.md rendered from G3's timings for the chapter's kernels alone, once for the tests that
     read it (a render with its figures takes over a second)."""
     tmp = tmp_path_factory.mktemp("g3")
-    return gpu_reports.render(results_folder(tmp, G3), tmp / "reports", TEMPLATE, "nvidia-h200")
+    return gpu_reports.render(results_folder(tmp, G3), tmp / "reports", TEMPLATE, "nvidia-h200", GOAL)
 
 
 def test_report_renders_tables_figure_and_data_driven_findings(g3_report):
@@ -71,7 +72,7 @@ def test_report_renders_tables_figure_and_data_driven_findings(g3_report):
 
 def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
     out = results_folder(tmp_path, G3, failing="v12")
-    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
     assert "| v12 | fragment reshape | failed check |" in text
     assert "210.0" not in text
     assert "**v12** failed its correctness check" in text
@@ -90,7 +91,7 @@ def test_findings_only_state_what_the_numbers_show(tmp_path):
 
 def test_missing_results_are_a_clear_error(tmp_path):
     with pytest.raises(FlashbenchError, match="lacks summary.csv"):
-        gpu_reports.render(tmp_path, tmp_path / "out", TEMPLATE, "x")
+        gpu_reports.render(tmp_path, tmp_path / "out", TEMPLATE, "x", GOAL)
     assert not (tmp_path / "out" / "report.md").exists()
 
 
@@ -127,7 +128,8 @@ def test_the_check_shapes_say_which_kernels_were_checked_where():
 def test_the_report_says_what_each_configured_kind_of_input_is(tmp_path):
     """Each kind the run checked is named with what it is, whichever kinds config lists (the records'
     two here) and in its order."""
-    text = gpu_reports.render(results_folder(tmp_path, G3), tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    out = results_folder(tmp_path, G3)
+    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
     assert records.INPUTS == ["normal", "late_max"]
     assert ("fresh random inputs of 2 kinds (normal: normal values; late_max: each row's maximum only in the "
             "last 64 keys)") in text
@@ -140,7 +142,7 @@ def test_the_render_log_names_every_file_it_wrote(tmp_path, capsys):
     out = results_folder(tmp_path, G3)
     reports = tmp_path / "reports"
     assert main(["render", "--results", str(out), "--reports", str(reports), "--template", str(TEMPLATE),
-                 "--slug", "nvidia-h200"]) == 0
+                 "--slug", "nvidia-h200", "--config", str(ROOT / "config.yaml")]) == 0
     logged = [line.removeprefix("wrote ") for line in capsys.readouterr().out.splitlines()]
     assert sorted(logged) == sorted(str(p) for p in reports.iterdir()) and len(logged) == 7
 
@@ -151,7 +153,7 @@ ARCHIVED = sorted(p.parent.name for p in (ROOT / "results").glob("*/summary.csv"
 @pytest.mark.parametrize("slug", ARCHIVED)
 def test_archived_report_is_what_its_results_render_to(slug, tmp_path):
     """Archived reports are generated, never edited: re-rendering the archived results reproduces them."""
-    fresh = gpu_reports.render(ROOT / "results" / slug, tmp_path, TEMPLATE, slug)
+    fresh = gpu_reports.render(ROOT / "results" / slug, tmp_path, TEMPLATE, slug, GOAL)
     for name in ("report.md", "hopper.md"):
         archived = (ROOT / "reports" / slug / name).read_text()
         assert (fresh.parent / name).read_text() == archived, \
@@ -216,7 +218,7 @@ def test_a_kernel_that_failed_its_check_leaves_its_claims_unmeasured(tmp_path):
 
 def test_the_report_gives_each_claim_its_verdict(tmp_path):
     out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
-    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
     assert "| V12 (fragment reshape) is the biggest single step | V11 -> V12 +51.8%, V12 -> V13 +3.5% |" in text
     assert text.count("**reproduced**") == 4 + 3  # the chapter's claims, then its profiler readings
     assert "4. *58 KB broke the 48 KB static limit" in text and "this **holds**" in text
@@ -257,14 +259,14 @@ def test_without_a_profile_the_readings_are_not_measured_and_the_report_says_why
     for k in meta["kernels"]:
         k["profile"] = None
     write_json(out / "kernels.json", meta)
-    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
     assert "Not profiled in this run: skipped: ncu was not found on this machine." in text
     assert text.count("**not measured**") == 3
 
 
 def test_peers_skipped_without_torch_are_said_so_and_leave_no_baseline(tmp_path):
     out = results_folder(tmp_path, records.LIKE_THE_WRITEUP, skipped="sdpa_auto")
-    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
     assert "**sdpa_auto skipped: torch is not installed.**" in text
     assert "| sdpa_auto (peer) | torch SDPA | skipped |" in text
     assert "| of baseline |" in text and "of sdpa_auto" not in text  # no fraction of a baseline not measured
@@ -304,7 +306,7 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     alone = g3_report
     out = results_folder(tmp_path / "b", {**G3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER,
                          paired={"v15": 590.0, "v14": 436.0, "sdpa_auto": 560.0})
-    both = gpu_reports.render(out, tmp_path / "b" / "reports", TEMPLATE, "nvidia-h200")
+    both = gpu_reports.render(out, tmp_path / "b" / "reports", TEMPLATE, "nvidia-h200", GOAL)
     assert both.read_text() == alone.read_text()  # the chapter's report does not see the line
     for figure in ("tflops.png", "sweep.png", "stalls.png"):
         assert (tmp_path / "b" / "reports" / figure).read_bytes() == (alone.parent / figure).read_bytes()
@@ -328,11 +330,11 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     slow = results_folder(tmp_path / "c", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER,
                           paired={"v15": 550.0, "v14": 436.0, "sdpa_auto": 560.0})
     tables = archive_tables.read_tables(slow)
-    goal = hopper_report.context(*tables, **archive_tables.read_paired(slow, tables[3]))["goal_verdicts"]
+    goal = hopper_report.context(*tables, GOAL, **archive_tables.read_paired(slow, tables[3]))["goal_verdicts"]
     assert goal["best"] == "v15" and goal["complete"] and not goal["reached"]
     assert "sdpa_auto at case (graph)" in goal["behind"]
     none = results_folder(tmp_path / "d", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER)
-    gpu_reports.render(none, tmp_path / "d" / "reports", TEMPLATE, "nvidia-h200")
+    gpu_reports.render(none, tmp_path / "d" / "reports", TEMPLATE, "nvidia-h200", GOAL)
     assert "the goal is not judged" in (tmp_path / "d" / "reports" / "hopper.md").read_text()
 
 
@@ -341,7 +343,7 @@ def test_an_archive_from_an_older_pipeline_is_refused_with_one_clear_error(tmp_p
     summary = pd.read_csv(out / "summary.csv")
     summary.drop(columns=["inputs", "margin"]).to_csv(out / "summary.csv", index=False)
     with pytest.raises(FlashbenchError, match="summary.csv was written by an older pipeline or cut short \\(no inputs, margin\\)"):
-        gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200")
+        gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL)
 
 
 # ---- the figures ---------------------------------------------------------------------------------------
@@ -365,7 +367,7 @@ def drawn(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(figures, "_save", keep)
-        gpu_reports.render(out, tmp / "reports", TEMPLATE, "nvidia-h200")
+        gpu_reports.render(out, tmp / "reports", TEMPLATE, "nvidia-h200", GOAL)
         gpu_comparison.render([out], ROOT / "workflow" / "templates" / "compare.md.j2", tmp / "README.md", tmp / "compare.png")
     return drawn
 
@@ -419,7 +421,7 @@ def _next_goal_inputs(graph_low: float, cycles: float, efficiency: float):
                "graph": {"ci_low": graph_low}}
               for w, s in (("case", 1024), ("S=8192", 8192)) for r in ("sdpa_cudnn", "flash_attn_cute")]
     points.append({"where": "S=512", "S": 512, "is_case": False, "rival": "sdpa_cudnn", "cycles_ratio": 0.5,
-                   "graph": {"ci_low": 0.5}})  # below NEXT_MIN_S: not a mark
+                   "graph": {"ci_low": 0.5}})  # below the next goal's min_s: not a mark
     cycles = pd.DataFrame([{"kernel": "v23", "S": s, "is_case": s == 1024, "efficiency_per_cycle": efficiency}
                            for s in (512, 1024, 8192)] + [{"kernel": "v22", "S": 8192, "is_case": False,
                                                           "efficiency_per_cycle": 0.1}])
@@ -431,19 +433,19 @@ def _next_goal_inputs(graph_low: float, cycles: float, efficiency: float):
 
 def test_the_next_goal_needs_both_ratios_at_each_rivals_factor_and_the_efficiency_per_cycle():
     goal_verdicts, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.90)
-    goal = hopper_report.next_goal(goal_verdicts, cycles, meta)
+    goal = hopper_report.next_goal(goal_verdicts, cycles, meta, GOAL)
     assert goal["complete"] and goal["reached"] and len(goal["ratios"]) == 4 and len(goal["efficiency"]) == 2
     assert goal["missing"] == []
     goal_verdicts, cycles, meta = _next_goal_inputs(1.08, 1.12, 0.90)  # cuDNN short by graph only
-    goal = hopper_report.next_goal(goal_verdicts, cycles, meta)
+    goal = hopper_report.next_goal(goal_verdicts, cycles, meta, GOAL)
     assert not goal["reached"] and goal["misses"] == ["sdpa_cudnn at case", "sdpa_cudnn at S=8192"]
     goal_verdicts, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.80)  # 80%: the case's 75%, not long S's 85%
-    assert hopper_report.next_goal(goal_verdicts, cycles, meta)["misses"] == ["80.0% per cycle at S=8192"]
+    assert hopper_report.next_goal(goal_verdicts, cycles, meta, GOAL)["misses"] == ["80.0% per cycle at S=8192"]
     del goal_verdicts["points"][3]  # FlashAttention's kernel at S=8192 missing: not judged, and said where
-    goal = hopper_report.next_goal(goal_verdicts, cycles, meta)
+    goal = hopper_report.next_goal(goal_verdicts, cycles, meta, GOAL)
     assert not goal["complete"] and not goal["reached"] and goal["missing"] == ["flash_attn_cute at S=8192"]
     del goal_verdicts["points"][1]  # FlashAttention's kernel nowhere (flash-attn-4 not installed): named once
     goal_verdicts["points"][0]["cycles_ratio"] = None
-    goal = hopper_report.next_goal(goal_verdicts, cycles[cycles.S != 8192], meta)
+    goal = hopper_report.next_goal(goal_verdicts, cycles[cycles.S != 8192], meta, GOAL)
     assert goal["missing"] == ["flash_attn_cute (not in this run's head-to-head)", "sdpa_cudnn's cycles at case",
                                "the best version's cycles at S >= 8192"] and not goal["complete"]

@@ -11,7 +11,7 @@ from flashbench.summary import tidy_tables
 
 import records
 from records import edit, gather
-from conftest import ROOT
+from conftest import ROOT, shipped_settings
 
 TFLOPS = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
 ARCHIVED = sorted(p.parent for p in (ROOT / "results").glob("*/summary.csv"))
@@ -201,6 +201,7 @@ def test_a_missing_check_record_is_named(tmp_path):
 # ---- the tables, read back by the reports ---------------------------------------------------------------
 
 REPORT_TEMPLATE = ROOT / "workflow" / "templates" / "report.md.j2"
+GOAL = shipped_settings().goal  # the Hopper report's
 COMPARE_TEMPLATE = ROOT / "workflow" / "templates" / "compare.md.j2"
 
 
@@ -210,7 +211,7 @@ def rendered(tmp_path):
     from flashbench import gpu_comparison, gpu_reports
 
     out = records.results_folder(tmp_path, TFLOPS)
-    gpu_reports.render(out, tmp_path / "reports", REPORT_TEMPLATE, "nvidia-h200")
+    gpu_reports.render(out, tmp_path / "reports", REPORT_TEMPLATE, "nvidia-h200", GOAL)
     gpu_comparison.render([out], COMPARE_TEMPLATE, tmp_path / "reports" / "README.md", tmp_path / "reports" / "compare.png")
     return out, tmp_path / "reports"
 
@@ -220,7 +221,7 @@ def refused_by_both(out, reports, message):
     from flashbench import gpu_comparison, gpu_reports
 
     before = {p.name: p.read_bytes() for p in reports.iterdir()}
-    for render in (lambda: gpu_reports.render(out, reports, REPORT_TEMPLATE, "nvidia-h200"),
+    for render in (lambda: gpu_reports.render(out, reports, REPORT_TEMPLATE, "nvidia-h200", GOAL),
                    lambda: gpu_comparison.render([out], COMPARE_TEMPLATE, reports / "README.md", reports / "compare.png")):
         with pytest.raises(validation.BadRecord) as raised:
             render()

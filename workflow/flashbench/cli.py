@@ -339,9 +339,10 @@ def cmd_summarize(a) -> None:
 
 
 def cmd_render(a) -> None:
+    from . import config
     from .gpu_reports import WRITTEN, render
 
-    render(a.results, a.reports, a.template, a.slug)
+    render(a.results, a.reports, a.template, a.slug, config.load(a.config).goal)
     for name in WRITTEN:
         print(f"wrote {Path(a.reports) / name}")
 
@@ -577,6 +578,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--reports", required=True)
     r.add_argument("--template", required=True)
     r.add_argument("--slug", required=True)
+    r.add_argument("--config", default="config.yaml", help="the config whose goal the Hopper line is judged against")
     r.set_defaults(run=cmd_render)
 
     r = sub.add_parser("compare", help="every GPU's TFLOPS side by side, from their results folders")
