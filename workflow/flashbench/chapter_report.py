@@ -146,7 +146,7 @@ def render(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame
     order = ctx["order"]
     last_version = [k["name"] for k in meta["kernels"] if k["kind"] == "version"][-1:]
     emphasized = {**{n: "the chapter's last" for n in last_version},
-                **({ctx["baseline"]: "the baseline"} if ctx["baseline"] else {})}
+                  **({ctx["baseline"]: "the baseline"} if ctx["baseline"] else {})}
     tflops_figure(ctx["rows"], ctx["gpu_name"], meta["case"], report_dir / FIGURES["tflops"])
     sweep_figure(summary[summary.series == "sweep"], order, emphasized, ctx["gpu_name"], meta["case"],
                  report_dir / FIGURES["sweep"])

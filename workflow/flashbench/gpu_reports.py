@@ -1,6 +1,7 @@
 """The render stage: one GPU's two reports, the chapter's (report.md) and the Hopper line's after it
-(hopper.md), with their figures, from results/<gpu>/ alone. All of them are written beside the
-folder first and land together: a render that fails leaves the reports as they were."""
+(hopper.md), with their figures, from results/<gpu>/ alone but for the goal the line is held to
+(config's). All of them are written beside the folder first and land together: a render that fails
+leaves the reports as they were."""
 from __future__ import annotations
 
 from pathlib import Path
