@@ -40,9 +40,15 @@ def _build_first_and_last(item) -> int:
     return 0 if item.module.__name__ == "test_compile" else 2
 
 
+@functools.cache
+def shipped_settings() -> config.Settings:
+    """config.yaml as the pipeline reads it, read once per process."""
+    return config.load(ROOT / "config.yaml")
+
+
 @pytest.fixture(scope="session")
 def settings():
-    return config.load(ROOT / "config.yaml")
+    return shipped_settings()
 
 
 @pytest.fixture(scope="session")

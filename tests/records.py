@@ -6,8 +6,10 @@ from flashbench import attention
 from flashbench.config import Kernel, Peer, Settings, Shape, sweep_steps
 from flashbench.files import read_json, write_json, write_text
 from flashbench.occupancy import blocks_per_sm
-from flashbench.summary import summarize
+from flashbench.summary import tidy_tables
 from flashbench.validation import Expected
+
+from conftest import shipped_settings
 
 CASE = {"B": 1, "H": 64, "S": 1024, "D": 128}
 EXTRA = {"B": 2, "H": 16, "S": 2048, "D": 128}
@@ -189,9 +191,9 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
 
 
 def gather(paths: dict, kernels=KERNELS):
-    """summarize of `write`'s records (`paths`): summary, resources, profile tables and kernels.json."""
-    return summarize(kernels + PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90", CASE,
-                     paths["sweeps"], paths["profiles"], SETTINGS, expected=EXPECTED)
+    """tidy_tables of `write`'s records (`paths`): summary, resources, profile tables and kernels.json."""
+    return tidy_tables(kernels + PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90", CASE,
+                       paths["sweeps"], paths["profiles"], SETTINGS, expected=EXPECTED)
 
 
 def settings() -> Settings:
@@ -206,7 +208,8 @@ def settings() -> Settings:
         case=Shape(**CASE), check_shapes=[Shape(**CASE), Shape(**EXTRA)], check_inputs=INPUTS,
         check_smallest=(3, 5), check_factor=GATE["factor"], tolerance=GATE["tolerance"], bench=BENCH,
         peers=[Peer(name=p["name"], **{f: p[f] for f in peer_fields}) for p in PEERS], baseline=SETTINGS["baseline"],
-        sweep=SWEEP, headline=HEADLINE, head_to_head=SETTINGS["head_to_head"], cycles=SETTINGS["cycles"])
+        sweep=SWEEP, headline=HEADLINE, head_to_head=SETTINGS["head_to_head"], cycles=SETTINGS["cycles"],
+        goal=shipped_settings().goal)
 
 
 def edit(path, change) -> None:

@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from flashbench import FlashbenchError, archives, cli, gpu, gpulock, report
+from flashbench import FlashbenchError, archives, cli, figures, gpu, gpu_reports, gpulock, hopper_report
 from flashbench.compile import compile_kernel
 from flashbench.config import ConfigError
 from flashbench.files import read_json, staged
 
-from conftest import ROOT
+from conftest import ROOT, shipped_settings
 
 TEMPLATES = ROOT / "workflow" / "templates"
 ARCHIVE = ROOT / "results" / "nvidia-h200"
+GOAL = shipped_settings().goal  # the Hopper report's
 
 
 def test_two_renders_at_once_never_share_a_temporary_name(tmp_path, monkeypatch):
@@ -35,26 +36,26 @@ def test_two_renders_at_once_never_share_a_temporary_name(tmp_path, monkeypatch)
         save(fig, where, **kwargs)
         if not nested:
             nested.append(where)
-            report._save(report._axes(2, 2)[0], path)
+            figures._save(figures._axes(2, 2)[0], path)
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig_with_a_second_render_meanwhile)
-    report._save(report._axes(2, 2)[0], path)
+    figures._save(figures._axes(2, 2)[0], path)
     assert path.stat().st_size > 0 and [p.name for p in tmp_path.iterdir()] == ["tflops.png"]
 
 
 def test_a_render_that_fails_leaves_every_report_file_as_it_was(tmp_path, monkeypatch):
     reports = tmp_path / "reports"
     reports.mkdir()
-    for name in report.WRITTEN:  # an archived report, other than the one these results render to
+    for name in gpu_reports.WRITTEN:  # an archived report, other than the one these results render to
         (reports / name).write_text(f"archived {name}")
     before = {p.name: p.read_bytes() for p in reports.iterdir()}
 
     def fail(*args, **tables):
         raise FlashbenchError("the hopper line cannot be rendered")
 
-    monkeypatch.setattr(report.hopper, "context", fail)  # after report.md and three figures are drawn
+    monkeypatch.setattr(hopper_report, "context", fail)  # after report.md and three figures are drawn
     with pytest.raises(FlashbenchError, match="cannot be rendered"):
-        report.render(ARCHIVE, reports, TEMPLATES / "report.md.j2", "nvidia-h200")
+        gpu_reports.render(ARCHIVE, reports, TEMPLATES / "report.md.j2", "nvidia-h200", GOAL)
     assert {p.name: p.read_bytes() for p in reports.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["reports"]  # no staging folder left behind
 
@@ -105,7 +106,7 @@ def test_the_report_names_the_commit_the_numbers_were_measured_at(tmp_path):
         if k.get("provenance"):
             k["provenance"] = {**k["provenance"], "git_commit": "57362c2+dirty", "given_commit": "a6bb607"}
     (archive / "kernels.json").write_text(json.dumps(meta))
-    text = report.render(archive, tmp_path, TEMPLATES / "report.md.j2", "nvidia-h200").read_text()
+    text = gpu_reports.render(archive, tmp_path, TEMPLATES / "report.md.j2", "nvidia-h200", GOAL).read_text()
     assert "| measured at commit | a6bb607 |" in text
     assert ("git in that checkout answered 57362c2+dirty instead (a copied `.git` knows the HEAD it was copied "
             "at): that is not the commit the numbers were measured at") in text

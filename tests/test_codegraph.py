@@ -75,15 +75,15 @@ PRINT_MODULES = ("import sys; from flashbench import cli; code = cli.main(sys.ar
 
 @pytest.mark.parametrize("argv", [
     ["render", "--results", "results/nvidia-h200", "--reports", "{tmp}", "--template",
-     "workflow/templates/report.md.j2", "--slug", "nvidia-h200"],
+     "workflow/templates/report.md.j2", "--slug", "nvidia-h200", "--settings", "{settings}"],
     ["compare", "--results", "results/nvidia-h200", "--template", "workflow/templates/compare.md.j2", "--table",
      "{tmp}/README.md", "--figure", "{tmp}/compare.png"],
     ["pages", "--sources", "reports/nvidia-h200/report.md", "--out-dir", "{tmp}"],
     ["agreement", "results/nvidia-h200", "results/nvidia-h200"],
 ])
-def test_what_a_command_imports_when_it_runs_is_in_its_graph(argv, tmp_path):
+def test_what_a_command_imports_when_it_runs_is_in_its_graph(argv, tmp_path, settings_file):
     """The graph against the truth: the package modules a command has imported once it has run."""
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{settings}", settings_file) for a in argv]
     proc = subprocess.run([sys.executable, "-c", PRINT_MODULES, *argv], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     imported = set(proc.stdout.split("\n")[-2].split())

@@ -24,6 +24,7 @@ def test_the_shipped_config_is_valid():
     assert settings.baseline == "sdpa_auto" and settings.baseline in [p.name for p in settings.peers]
     assert [s.S for s in settings.sweep_shapes()] == [512, 1024, 2048, 4096, 8192, 16384]
     assert {s.B for s in settings.sweep_shapes()} == {settings.case.B}
+    assert settings.goal.rivals == ("cudnn", "auto") and set(settings.goal.next.factors) == {"cudnn", "flash_attn_cute"}
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -100,6 +101,30 @@ def test_an_nvcc_flag_outside_what_a_build_needs_is_a_config_error_naming_it(fla
 ])
 def test_the_flags_a_kernel_build_needs_are_taken(flag):
     assert validate(edited(lambda c: c["nvcc_flags"].append(flag)), root=ROOT).nvcc_flags[-1] == flag
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.pop("goal"), r"^config key 'goal': missing$"),
+    (lambda c: c.update(goal=None), r"^config key 'goal': None is not of type 'object'$"),
+    (lambda c: c["goal"].pop("stretch"), r"^config key 'goal.stretch': missing$"),
+    (lambda c: c["goal"].update(stretch=0.9),
+     r"^config key 'goal.stretch': 0.9 is less than or equal to the minimum of 1$"),
+    (lambda c: c["goal"].update(min_s=4000), r"^config key 'goal.min_s': 4000 is not a multiple of 128$"),
+    (lambda c: c["goal"]["rivals"].append("triton"), r"^config key 'goal.rivals\[2\]': 'triton' is not one of"),
+    (lambda c: c["goal"]["next"]["factors"].update(triton=1.2),
+     r"^config key 'goal.next.factors': 'triton' is not one of"),
+    (lambda c: c["goal"]["next"]["factors"].update(cudnn="1.1"),
+     r"^config key 'goal.next.factors.cudnn': '1.1' is not of type 'number'$"),
+    (lambda c: c["goal"]["next"].update(efficiency_long=85),
+     r"^config key 'goal.next.efficiency_long': 85 is greater than the maximum of 1$"),
+    (lambda c: c["goal"].update(next_min_s=1024),
+     r"^config key 'goal': Additional properties are not allowed \('next_min_s' was unexpected\)$"),
+])
+def test_a_config_without_its_goal_or_with_a_bad_one_is_refused_in_one_line_naming_the_key(edit, message):
+    """The Hopper report's goal is config's, checked by the schema like every other key."""
+    with pytest.raises(ConfigError, match=message) as refused:
+        validate(edited(edit), root=ROOT)
+    assert "\n" not in str(refused.value)
 
 
 @pytest.mark.parametrize("value, shown", [(".nan", "nan"), (".inf", "inf"), ("-.inf", "-inf")])

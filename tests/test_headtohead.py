@@ -8,7 +8,7 @@ import pytest
 
 from flashbench import FlashbenchError, NoKernelForShape, headtohead
 from flashbench.config import Shape
-from flashbench.headtohead import compare, comparisons, median_interval, paired_ratios, verdict
+from flashbench.headtohead import comparisons, median_interval, paired_ratios, ratio_and_verdict, verdict
 
 SETTINGS = {"confidence": 0.95, "resamples": 4000, "level_within": 0.01}
 ROUNDS = 9
@@ -20,7 +20,7 @@ def noisy(base: float, rng, spread: float = 0.005, rounds: int = ROUNDS) -> list
 
 def test_two_equal_contestants_are_level_with_an_interval_around_one():
     rng = np.random.default_rng(1)
-    result = compare(noisy(1.0, rng), noisy(1.0, rng), **SETTINGS)
+    result = ratio_and_verdict(noisy(1.0, rng), noisy(1.0, rng), **SETTINGS)
     assert result["verdict"] == "level"
     assert result["ci_low"] < 1 < result["ci_high"] and result["rounds"] == ROUNDS
 
@@ -28,9 +28,9 @@ def test_two_equal_contestants_are_level_with_an_interval_around_one():
 def test_three_percent_apart_with_noise_is_ahead_one_way_and_behind_the_other():
     rng = np.random.default_rng(2)
     fast, slow = noisy(1.0, rng), noisy(1.03, rng)
-    ahead = compare(fast, slow, **SETTINGS)
+    ahead = ratio_and_verdict(fast, slow, **SETTINGS)
     assert ahead["verdict"] == "ahead" and ahead["ci_low"] > 1.01 and ahead["ratio"] == pytest.approx(1.03, abs=0.01)
-    behind = compare(slow, fast, **SETTINGS)
+    behind = ratio_and_verdict(slow, fast, **SETTINGS)
     assert behind["verdict"] == "behind" and behind["ci_high"] < 0.99
 
 
@@ -43,7 +43,7 @@ def test_a_drifting_clock_misleads_an_unpaired_comparison_but_not_the_paired_one
     version_cycles, rival_cycles = 0.98e8, 1.0e8
     version = list(version_cycles / clock)
     rival = list(rival_cycles / (clock * 0.999))  # timed just after the version in each round
-    paired = compare(version, rival, **SETTINGS)
+    paired = ratio_and_verdict(version, rival, **SETTINGS)
     assert paired["verdict"] == "ahead" and paired["ratio"] == pytest.approx(1.02, abs=0.003)
     unpaired = np.median(rival[:ROUNDS]) / np.median(version[ROUNDS:])  # rival early, version late
     assert unpaired < 1 - SETTINGS["level_within"]  # would call the faster version behind

@@ -6,12 +6,13 @@ import re
 import markdown as python_markdown
 import pandas as pd
 
-from flashbench import compare, markdown, report
+from flashbench import gpu_comparison, gpu_reports, markdown
 
 import records
-from conftest import ROOT
+from conftest import ROOT, shipped_settings
 
 TEMPLATES = ROOT / "workflow" / "templates"
+GOAL = shipped_settings().goal  # the Hopper report's
 EVIL_CHANGE = "fused | unfused\nnext line <script>alert(1)</script> &amp; <!-- c -->"
 EVIL_NAME = "<img src=x onerror=alert(1)>"
 ESCAPED_CHANGE = "fused \\| unfused next line &lt;script>alert(1)&lt;/script> &amp;amp; &lt;!-- c -->"
@@ -63,8 +64,8 @@ def test_every_report_escapes_text_from_config_and_records(tmp_path):
     (out / "kernels.json").write_text(json.dumps(meta))
 
     reports = tmp_path / "reports"
-    report.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200")
-    compare.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
+    gpu_reports.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200", GOAL)
+    gpu_comparison.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
     for name in ("report.md", "hopper.md", "README.md"):
         text = (reports / name).read_text()
         assert "<script" not in text and "<img" not in text and "<!--" not in text, name
@@ -88,8 +89,8 @@ def test_no_report_makes_a_link_or_an_image_of_a_gpus_name(tmp_path):
     (out / "kernels.json").write_text(json.dumps(meta))
 
     reports = tmp_path / "reports"
-    report.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200")
-    compare.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
+    gpu_reports.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200", shipped_settings().goal)
+    gpu_comparison.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
     for name in ("report.md", "hopper.md", "README.md"):
         text = (reports / name).read_text()
         assert "[click\\](javascript:alert(1))" in text, name

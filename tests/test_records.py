@@ -1,6 +1,5 @@
 """Records that belong together: one GPU, PCI bus id and driver per archive, and what is timed,
 swept and profiled is the cubin that passed its check."""
-import json
 import sys
 import types
 

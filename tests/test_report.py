@@ -5,15 +5,17 @@ import re
 import pandas as pd
 import pytest
 
-from flashbench import FlashbenchError, claims, conclusions, report
+from flashbench import (FlashbenchError, archive_tables, attention, chapter_report, claims, figures, findings,
+                        gpu_comparison, gpu_reports, hopper_report)
 from flashbench.files import write_json
 from flashbench.summary import SUMMARY_COLUMNS, choices, own_choices
 
 import records
-from conftest import ROOT
+from conftest import ROOT, shipped_settings
 from records import results_folder
 
 TEMPLATE = ROOT / "workflow" / "templates" / "report.md.j2"
+GOAL = shipped_settings().goal  # the Hopper report's
 # TFLOPS at the case of the chapter's kernels, for most of the tests below
 G3 = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
 
@@ -48,7 +50,7 @@ def g3_report(tmp_path_factory):
     """report.md rendered from G3's timings for the chapter's kernels alone, once for the tests that
     read it (a render with its figures takes over a second)."""
     tmp = tmp_path_factory.mktemp("g3")
-    return report.render(results_folder(tmp, G3), tmp / "reports", TEMPLATE, "nvidia-h200")
+    return gpu_reports.render(results_folder(tmp, G3), tmp / "reports", TEMPLATE, "nvidia-h200", GOAL)
 
 
 def test_report_renders_tables_figure_and_data_driven_findings(g3_report):
@@ -70,7 +72,7 @@ def test_report_renders_tables_figure_and_data_driven_findings(g3_report):
 
 def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
     out = results_folder(tmp_path, G3, failing="v12")
-    text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
     assert "| v12 | fragment reshape | failed check |" in text
     assert "210.0" not in text
     assert "**v12** failed its correctness check" in text
@@ -80,8 +82,8 @@ def test_a_failed_kernel_is_never_reported_as_a_speed(tmp_path):
 
 def test_findings_only_state_what_the_numbers_show(tmp_path):
     out = results_folder(tmp_path, {"v11": 200.0, "v12": 150.0, "v13": 160.0, "br128": 150.0, "hybrid_smem": 161.0})
-    summary, resources, _, meta = report.load(out)
-    text = " ".join(conclusions.findings(summary, resources, meta, "NVIDIA H200"))
+    summary, resources, _, meta = archive_tables.read_tables(out)
+    text = " ".join(findings.findings(summary, resources, meta, "NVIDIA H200"))
     assert "v12 against v11: -25.0%" in text  # a regression is stated as one
     assert "The largest step between versions here is v12 -> v13 (+6.7%)" in text
     assert "in the write-up it is v11 -> v12 (+51.8%)" in text
@@ -89,7 +91,7 @@ def test_findings_only_state_what_the_numbers_show(tmp_path):
 
 def test_missing_results_are_a_clear_error(tmp_path):
     with pytest.raises(FlashbenchError, match="lacks summary.csv"):
-        report.render(tmp_path, tmp_path / "out", TEMPLATE, "x")
+        gpu_reports.render(tmp_path, tmp_path / "out", TEMPLATE, "x", GOAL)
     assert not (tmp_path / "out" / "report.md").exists()
 
 
@@ -114,8 +116,8 @@ def test_each_version_lists_its_own_choices_not_those_it_restates(settings):
 
 
 def test_the_check_shapes_say_which_kernels_were_checked_where():
-    summary, _, _, meta = report.load(ROOT / "results" / "nvidia-h200")
-    shapes = report.checked_shapes(summary[summary.series == "check"])
+    summary, _, _, meta = archive_tables.read_tables(ROOT / "results" / "nvidia-h200")
+    shapes = chapter_report.checked_shapes(summary[summary.series == "check"])
     hopper = [k["name"] for k in meta["kernels"] if k.get("line") == "hopper"]  # the archive's own, V14 on
     assert hopper[0] == "v14"
     assert shapes["shared_shapes"] == ["B=1 H=8 S=8192", "B=2 H=16 S=2048", "B=4 H=3 S=384"]
@@ -126,20 +128,21 @@ def test_the_check_shapes_say_which_kernels_were_checked_where():
 def test_the_report_says_what_each_configured_kind_of_input_is(tmp_path):
     """Each kind the run checked is named with what it is, whichever kinds config lists (the records'
     two here) and in its order."""
-    text = report.render(results_folder(tmp_path, G3), tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    out = results_folder(tmp_path, G3)
+    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
     assert records.INPUTS == ["normal", "late_max"]
     assert ("fresh random inputs of 2 kinds (normal: normal values; late_max: each row's maximum only in the "
             "last 64 keys)") in text
-    assert set(report.attention.INPUT_KIND_TEXT) == set(report.attention.INPUT_KINDS)
+    assert set(attention.INPUT_KIND_TEXT) == set(attention.INPUT_KINDS)
 
 
-def test_the_render_log_names_every_file_it_wrote(tmp_path, capsys):
+def test_the_render_log_names_every_file_it_wrote(tmp_path, capsys, settings_file):
     from flashbench.cli import main
 
     out = results_folder(tmp_path, G3)
     reports = tmp_path / "reports"
     assert main(["render", "--results", str(out), "--reports", str(reports), "--template", str(TEMPLATE),
-                 "--slug", "nvidia-h200"]) == 0
+                 "--slug", "nvidia-h200", "--settings", settings_file]) == 0
     logged = [line.removeprefix("wrote ") for line in capsys.readouterr().out.splitlines()]
     assert sorted(logged) == sorted(str(p) for p in reports.iterdir()) and len(logged) == 7
 
@@ -150,7 +153,7 @@ ARCHIVED = sorted(p.parent.name for p in (ROOT / "results").glob("*/summary.csv"
 @pytest.mark.parametrize("slug", ARCHIVED)
 def test_archived_report_is_what_its_results_render_to(slug, tmp_path):
     """Archived reports are generated, never edited: re-rendering the archived results reproduces them."""
-    fresh = report.render(ROOT / "results" / slug, tmp_path, TEMPLATE, slug)
+    fresh = gpu_reports.render(ROOT / "results" / slug, tmp_path, TEMPLATE, slug, GOAL)
     for name in ("report.md", "hopper.md"):
         archived = (ROOT / "reports" / slug / name).read_text()
         assert (fresh.parent / name).read_text() == archived, \
@@ -173,8 +176,8 @@ def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path, records_settings
 # ---- the chapter's claims and conclusions ----------------------------------------------------------
 
 def judged(tmp_path, tflops, failing=None):
-    summary, resources, _, meta = report.load(results_folder(tmp_path, tflops, failing))
-    summary = summary[summary.series == "check"]  # what the report judges on, as report.context does
+    summary, resources, _, meta = archive_tables.read_tables(results_folder(tmp_path, tflops, failing))
+    summary = summary[summary.series == "check"]  # what the report judges on, as chapter_report.context does
     return ({j.statement: j for j in claims.claims(summary, resources, meta, "NVIDIA H200")},
             {j.statement: j for j in claims.conclusions(summary, resources, meta, "NVIDIA H200")})
 
@@ -215,7 +218,7 @@ def test_a_kernel_that_failed_its_check_leaves_its_claims_unmeasured(tmp_path):
 
 def test_the_report_gives_each_claim_its_verdict(tmp_path):
     out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
-    text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
     assert "| V12 (fragment reshape) is the biggest single step | V11 -> V12 +51.8%, V12 -> V13 +3.5% |" in text
     assert text.count("**reproduced**") == 4 + 3  # the chapter's claims, then its profiler readings
     assert "4. *58 KB broke the 48 KB static limit" in text and "this **holds**" in text
@@ -223,7 +226,7 @@ def test_the_report_gives_each_claim_its_verdict(tmp_path):
 
 def profiler_verdicts(tmp_path, **edits):
     out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
-    summary, resources, profile, meta = report.load(out)
+    summary, resources, profile, meta = archive_tables.read_tables(out)
     for column, (kernel, value) in edits.items():
         profile.loc[profile.kernel == kernel, column] = value
     return {j.statement.split(" (")[0]: j for j in claims.profiler_claims(profile, resources, meta)}
@@ -256,14 +259,14 @@ def test_without_a_profile_the_readings_are_not_measured_and_the_report_says_why
     for k in meta["kernels"]:
         k["profile"] = None
     write_json(out / "kernels.json", meta)
-    text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
     assert "Not profiled in this run: skipped: ncu was not found on this machine." in text
     assert text.count("**not measured**") == 3
 
 
 def test_peers_skipped_without_torch_are_said_so_and_leave_no_baseline(tmp_path):
     out = results_folder(tmp_path, records.LIKE_THE_WRITEUP, skipped="sdpa_auto")
-    text = report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200").read_text()
+    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
     assert "**sdpa_auto skipped: torch is not installed.**" in text
     assert "| sdpa_auto (peer) | torch SDPA | skipped |" in text
     assert "| of baseline |" in text and "of sdpa_auto" not in text  # no fraction of a baseline not measured
@@ -272,7 +275,7 @@ def test_peers_skipped_without_torch_are_said_so_and_leave_no_baseline(tmp_path)
 
 def test_the_softmax_reading_fails_when_v12_still_stalls_in_its_softmax(tmp_path):
     out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
-    summary, resources, profile, meta = report.load(out)
+    summary, resources, profile, meta = archive_tables.read_tables(out)
     v12 = next(k for k in meta["kernels"] if k["name"] == "v12")
     v12["profile"]["top_lines"][3]["softmax"] = True
     judged = {j.statement.split(" (")[0]: j for j in claims.profiler_claims(profile, resources, meta)}
@@ -282,7 +285,7 @@ def test_the_softmax_reading_fails_when_v12_still_stalls_in_its_softmax(tmp_path
 
 def test_the_shared_memory_conclusion_fails_without_the_trade(tmp_path):
     out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
-    summary, resources, profile, meta = report.load(out)
+    summary, resources, profile, meta = archive_tables.read_tables(out)
     summary = summary[summary.series == "check"]
     hybrid = resources.kernel == "hybrid_smem"
     resources.loc[hybrid, "smem_bytes"] = resources.loc[resources.kernel == "v13", "smem_bytes"].iloc[0]
@@ -292,7 +295,7 @@ def test_the_shared_memory_conclusion_fails_without_the_trade(tmp_path):
 
 def test_a_subset_of_the_chapter_leaves_the_rest_unmeasured(tmp_path):
     out = results_folder(tmp_path, records.LIKE_THE_WRITEUP)
-    summary, resources, profile, meta = report.load(out)
+    summary, resources, profile, meta = archive_tables.read_tables(out)
     meta["kernels"] = [k for k in meta["kernels"] if k["name"] in ("v11", "v12")]
     summary = summary[summary.kernel.isin(["v11", "v12"])]
     said = claims.claims(summary[summary.series == "check"], resources, meta, "NVIDIA H200")
@@ -303,7 +306,7 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     alone = g3_report
     out = results_folder(tmp_path / "b", {**G3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER,
                          paired={"v15": 590.0, "v14": 436.0, "sdpa_auto": 560.0})
-    both = report.render(out, tmp_path / "b" / "reports", TEMPLATE, "nvidia-h200")
+    both = gpu_reports.render(out, tmp_path / "b" / "reports", TEMPLATE, "nvidia-h200", GOAL)
     assert both.read_text() == alone.read_text()  # the chapter's report does not see the line
     for figure in ("tflops.png", "sweep.png", "stalls.png"):
         assert (tmp_path / "b" / "reports" / figure).read_bytes() == (alone.parent / figure).read_bytes()
@@ -324,15 +327,14 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     assert "- **v14** (`kernels/v14.cu`):\n    - QK^T and PV each wait for their own wgmma group" in text
     assert "\n    - as in V14, the row sums are kept per thread" in text  # v15's
     assert (tmp_path / "b" / "reports" / "hopper_sweep.png").stat().st_size > 1000
-    from flashbench import hopper
-
     slow = results_folder(tmp_path / "c", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER,
                           paired={"v15": 550.0, "v14": 436.0, "sdpa_auto": 560.0})
-    goal = hopper.context(*report.load(slow), **report.read_paired(slow, report.load(slow)[3]))["paired"]
+    tables = archive_tables.read_tables(slow)
+    goal = hopper_report.context(*tables, GOAL, **archive_tables.read_paired(slow, tables[3]))["goal_verdicts"]
     assert goal["best"] == "v15" and goal["complete"] and not goal["reached"]
     assert "sdpa_auto at case (graph)" in goal["behind"]
     none = results_folder(tmp_path / "d", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER)
-    report.render(none, tmp_path / "d" / "reports", TEMPLATE, "nvidia-h200")
+    gpu_reports.render(none, tmp_path / "d" / "reports", TEMPLATE, "nvidia-h200", GOAL)
     assert "the goal is not judged" in (tmp_path / "d" / "reports" / "hopper.md").read_text()
 
 
@@ -341,12 +343,12 @@ def test_an_archive_from_an_older_pipeline_is_refused_with_one_clear_error(tmp_p
     summary = pd.read_csv(out / "summary.csv")
     summary.drop(columns=["inputs", "margin"]).to_csv(out / "summary.csv", index=False)
     with pytest.raises(FlashbenchError, match="summary.csv was written by an older pipeline or cut short \\(no inputs, margin\\)"):
-        report.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200")
+        gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL)
 
 
 # ---- the figures ---------------------------------------------------------------------------------------
 
-DPI = 120  # report._save's
+DPI = 120  # figures._save's
 LAPTOP_WIDTH = 1600  # px: a figure at most this wide reads at 100% on a laptop's screen
 SMALLEST_FONT = 9  # pt, 15 px at DPI
 
@@ -355,25 +357,23 @@ SMALLEST_FONT = 9  # pt, 15 px at DPI
 def drawn(tmp_path_factory):
     """Every figure of a render of the chapter and the Hopper line, and of the comparison: {file name:
     the matplotlib figure as saved}."""
-    from flashbench import compare
-
     tmp = tmp_path_factory.mktemp("figures")
     out = results_folder(tmp, {**G3, "v14": 436.0, "v15": 590.0}, kernels=records.KERNELS + records.HOPPER)
-    figures, save = {}, report._save
+    drawn, save = {}, figures._save
 
     def keep(fig, path):
         save(fig, path)
-        figures[path.name] = fig
+        drawn[path.name] = fig
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(report, "_save", keep)
-        report.render(out, tmp / "reports", TEMPLATE, "nvidia-h200")
-        compare.render([out], ROOT / "workflow" / "templates" / "compare.md.j2", tmp / "README.md", tmp / "compare.png")
-    return figures
+        mp.setattr(figures, "_save", keep)
+        gpu_reports.render(out, tmp / "reports", TEMPLATE, "nvidia-h200", GOAL)
+        gpu_comparison.render([out], ROOT / "workflow" / "templates" / "compare.md.j2", tmp / "README.md", tmp / "compare.png")
+    return drawn
 
 
 def test_every_figure_reads_at_100_percent_on_a_laptop(drawn):
-    assert set(drawn) == {*report.FIGURES.values(), *report.HOPPER_FIGURES.values(), "compare.png"}
+    assert set(drawn) == {*chapter_report.FIGURES.values(), *hopper_report.FIGURES.values(), "compare.png"}
     for name, fig in drawn.items():
         width, height = fig.get_size_inches() * DPI
         assert 800 <= width <= LAPTOP_WIDTH and height <= 1200, (name, width, height)
@@ -397,9 +397,9 @@ def test_bars_fill_our_kernels_hatch_the_peers_and_read_horizontally(drawn):
         assert [legend.get_title().get_text() for legend in legends] == ["TFLOPS from", "implementation"], name
 
 
-def test_sweep_lines_each_their_own_ours_solid_peers_dashed_headline_thicker(drawn):
+def test_sweep_lines_each_their_own_ours_solid_peers_dashed_the_emphasized_thicker(drawn):
     peers = {p["name"] for p in records.PEERS}
-    for name, headline in (("sweep.png", {"v13", "sdpa_auto"}), ("hopper_sweep.png", {"v15", "sdpa_auto"})):
+    for name, emphasized in (("sweep.png", {"v13", "sdpa_auto"}), ("hopper_sweep.png", {"v15", "sdpa_auto"})):
         ax = drawn[name].axes[0]
         lines = {line.get_label(): line for line in ax.get_lines()}
         assert peers <= set(lines) and len(lines) > len(peers), name
@@ -408,48 +408,44 @@ def test_sweep_lines_each_their_own_ours_solid_peers_dashed_headline_thicker(dra
         assert len({tuple(line.get_color()) for line in lines.values()}) == len(lines), f"{name}: a colour twice"
         for label, line in lines.items():
             assert (line.get_linestyle() == "--") == (label in peers), (name, label)  # dashes show as "--"
-            assert (line.get_linewidth() == report.HEADLINE_WIDTH) == (label in headline), (name, label)
+            assert (line.get_linewidth() == figures.EMPHASIZED_WIDTH) == (label in emphasized), (name, label)
         legends = list(dict.fromkeys(a for a in ax.get_children() if isinstance(a, type(ax.legend_))))
         assert [legend.get_title().get_text() for legend in legends] == ["our kernels (solid)",
                                                                          "PyTorch peers (dashed)"], name
 
 
 def _next_goal_inputs(graph_low: float, cycles: float, efficiency: float):
-    """A head-to-head (as paired_goal leaves it) at the case and S=8192 against cuDNN and FlashAttention's
+    """A head-to-head (as goal_verdicts leaves it) at the case and S=8192 against cuDNN and FlashAttention's
     kernel, every lower end and cycle ratio the same, and the version's cycle counts there."""
-    import pandas as pd
-
-    from flashbench import hopper
-
     points = [{"where": w, "S": s, "is_case": w == "case", "rival": r, "cycles_ratio": cycles,
                "graph": {"ci_low": graph_low}}
               for w, s in (("case", 1024), ("S=8192", 8192)) for r in ("sdpa_cudnn", "flash_attn_cute")]
     points.append({"where": "S=512", "S": 512, "is_case": False, "rival": "sdpa_cudnn", "cycles_ratio": 0.5,
-                   "graph": {"ci_low": 0.5}})  # below NEXT_MIN_S: not a mark
+                   "graph": {"ci_low": 0.5}})  # below the next goal's min_s: not a mark
     cycles = pd.DataFrame([{"kernel": "v23", "S": s, "is_case": s == 1024, "efficiency_per_cycle": efficiency}
                            for s in (512, 1024, 8192)] + [{"kernel": "v22", "S": 8192, "is_case": False,
                                                           "efficiency_per_cycle": 0.1}])
     meta = {"kernels": [{"name": "sdpa_cudnn", "kind": "peer", "backend": "cudnn"},
                         {"name": "flash_attn_cute", "kind": "peer", "backend": "flash_attn_cute"},
                         {"name": "sdpa_auto", "kind": "peer", "backend": "auto"}]}
-    return hopper, {"best": "v23", "points": points}, cycles, meta
+    return {"best": "v23", "points": points}, cycles, meta
 
 
 def test_the_next_goal_needs_both_ratios_at_each_rivals_factor_and_the_efficiency_per_cycle():
-    hopper, paired, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.90)
-    goal = hopper.next_goal(paired, cycles, meta)
+    goal_verdicts, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.90)
+    goal = hopper_report.next_goal(goal_verdicts, cycles, meta, GOAL)
     assert goal["complete"] and goal["reached"] and len(goal["ratios"]) == 4 and len(goal["efficiency"]) == 2
     assert goal["missing"] == []
-    hopper, paired, cycles, meta = _next_goal_inputs(1.08, 1.12, 0.90)  # cuDNN short by graph only
-    goal = hopper.next_goal(paired, cycles, meta)
+    goal_verdicts, cycles, meta = _next_goal_inputs(1.08, 1.12, 0.90)  # cuDNN short by graph only
+    goal = hopper_report.next_goal(goal_verdicts, cycles, meta, GOAL)
     assert not goal["reached"] and goal["misses"] == ["sdpa_cudnn at case", "sdpa_cudnn at S=8192"]
-    hopper, paired, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.80)  # 80%: the case's 75%, not long S's 85%
-    assert hopper.next_goal(paired, cycles, meta)["misses"] == ["80.0% per cycle at S=8192"]
-    del paired["points"][3]  # FlashAttention's kernel at S=8192 missing: not judged, and said where
-    goal = hopper.next_goal(paired, cycles, meta)
+    goal_verdicts, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.80)  # 80%: the case's 75%, not long S's 85%
+    assert hopper_report.next_goal(goal_verdicts, cycles, meta, GOAL)["misses"] == ["80.0% per cycle at S=8192"]
+    del goal_verdicts["points"][3]  # FlashAttention's kernel at S=8192 missing: not judged, and said where
+    goal = hopper_report.next_goal(goal_verdicts, cycles, meta, GOAL)
     assert not goal["complete"] and not goal["reached"] and goal["missing"] == ["flash_attn_cute at S=8192"]
-    del paired["points"][1]  # FlashAttention's kernel nowhere (flash-attn-4 not installed): named once
-    paired["points"][0]["cycles_ratio"] = None
-    goal = hopper.next_goal(paired, cycles[cycles.S != 8192], meta)
+    del goal_verdicts["points"][1]  # FlashAttention's kernel nowhere (flash-attn-4 not installed): named once
+    goal_verdicts["points"][0]["cycles_ratio"] = None
+    goal = hopper_report.next_goal(goal_verdicts, cycles[cycles.S != 8192], meta, GOAL)
     assert goal["missing"] == ["flash_attn_cute (not in this run's head-to-head)", "sdpa_cudnn's cycles at case",
                                "the best version's cycles at S >= 8192"] and not goal["complete"]

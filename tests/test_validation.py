@@ -6,11 +6,11 @@ import pytest
 from flashbench import FlashbenchError, validation
 from flashbench.cli import main
 from flashbench.files import read_json, write_json
-from flashbench.summary import summarize
+from flashbench.summary import tidy_tables
 
 import records
 from records import edit, gather
-from conftest import ROOT
+from conftest import ROOT, shipped_settings
 
 TFLOPS = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
 ARCHIVED = sorted(p.parent for p in (ROOT / "results").glob("*/summary.csv"))
@@ -61,10 +61,10 @@ def test_the_archived_tables_are_what_its_records_summarize_to(results_dir, sett
     def paths(kind, of=names):
         return [results_dir / kind / f"{name}.json" for name in of]
 
-    tables = summarize(kernels, paths("check"), paths("bench"), compiled, "sm_90", settings.case.as_dict(),
-                       paths("sweep"), paths("profile", [k["name"] for k in kernels if k["kind"] != "peer"]),
-                       {"baseline": settings.baseline, "sweep": settings.sweep, "profile_note": None},
-                       expected=validation.Expected.from_settings(settings))
+    tables = tidy_tables(kernels, paths("check"), paths("bench"), compiled, "sm_90", settings.case.as_dict(),
+                         paths("sweep"), paths("profile", [k["name"] for k in kernels if k["kind"] != "peer"]),
+                         {"baseline": settings.baseline, "sweep": settings.sweep, "profile_note": None},
+                         expected=validation.Expected.from_settings(settings))
     for table, name in zip(tables, ("summary.csv", "resources.csv", "profile.csv")):
         archived = pd.read_csv(results_dir / name, nrows=0).columns
         # a column added since the archive was made (the dispatch readings) is not in its records either
@@ -135,7 +135,7 @@ def test_summarize_refuses_a_bad_record_naming_its_file_and_key(tmp_path, kind, 
 
 
 def test_a_check_that_stopped_at_a_fault_is_summarized_and_reported_as_failed(tmp_path):
-    from flashbench import report
+    from flashbench import archive_tables
 
     paths = records.write(tmp_path, TFLOPS, failing="v12")
     edit(path_of(paths, "checks", "v12"), lambda r: r.update(shapes=[{**r["shapes"][0], "fatal": True}]))
@@ -143,7 +143,7 @@ def test_a_check_that_stopped_at_a_fault_is_summarized_and_reported_as_failed(tm
     assert next(k for k in meta["kernels"] if k["name"] == "v12")["check_passed"] is False
     summary.to_csv(tmp_path / "summary.csv", index=False)
     write_json(tmp_path / "kernels.json", meta)
-    report.read_summary(tmp_path)  # one row of v12's, on one kind of input: whole as it is
+    archive_tables.read_summary(tmp_path)  # one row of v12's, on one kind of input: whole as it is
 
 
 def test_a_peer_is_named_by_its_torch_build_and_backend_whatever_else_its_library_names(tmp_path):
@@ -199,27 +199,28 @@ def test_a_missing_check_record_is_named(tmp_path):
 # ---- the tables, read back by the reports ---------------------------------------------------------------
 
 REPORT_TEMPLATE = ROOT / "workflow" / "templates" / "report.md.j2"
+GOAL = shipped_settings().goal  # the Hopper report's
 COMPARE_TEMPLATE = ROOT / "workflow" / "templates" / "compare.md.j2"
 
 
 @pytest.fixture
 def rendered(tmp_path):
     """A results folder and the reports rendered from it, as a run leaves them."""
-    from flashbench import compare, report
+    from flashbench import gpu_comparison, gpu_reports
 
     out = records.results_folder(tmp_path, TFLOPS)
-    report.render(out, tmp_path / "reports", REPORT_TEMPLATE, "nvidia-h200")
-    compare.render([out], COMPARE_TEMPLATE, tmp_path / "reports" / "README.md", tmp_path / "reports" / "compare.png")
+    gpu_reports.render(out, tmp_path / "reports", REPORT_TEMPLATE, "nvidia-h200", GOAL)
+    gpu_comparison.render([out], COMPARE_TEMPLATE, tmp_path / "reports" / "README.md", tmp_path / "reports" / "compare.png")
     return out, tmp_path / "reports"
 
 
 def refused_by_both(out, reports, message):
     """Neither report renders from `out`: one line naming the table, and what was rendered before stays."""
-    from flashbench import compare, report
+    from flashbench import gpu_comparison, gpu_reports
 
     before = {p.name: p.read_bytes() for p in reports.iterdir()}
-    for render in (lambda: report.render(out, reports, REPORT_TEMPLATE, "nvidia-h200"),
-                   lambda: compare.render([out], COMPARE_TEMPLATE, reports / "README.md", reports / "compare.png")):
+    for render in (lambda: gpu_reports.render(out, reports, REPORT_TEMPLATE, "nvidia-h200", GOAL),
+                   lambda: gpu_comparison.render([out], COMPARE_TEMPLATE, reports / "README.md", reports / "compare.png")):
         with pytest.raises(validation.BadRecord) as raised:
             render()
         assert message in str(raised.value) and "\n" not in str(raised.value), str(raised.value)

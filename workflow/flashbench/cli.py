@@ -366,7 +366,7 @@ def cmd_launch_marked(a) -> None:
 
 def cmd_summarize(a) -> None:
     from . import cycles, headtohead
-    from .summary import summarize
+    from .summary import tidy_tables
 
     settings = a.settings
     expected = Expected.from_settings(settings)
@@ -380,8 +380,8 @@ def cmd_summarize(a) -> None:
            "headline": settings.headline, "head_to_head": settings.head_to_head, "cycles": settings.cycles,
            "cycles_note": cycles_note}
     entries, case = settings.entries(), settings.case.as_dict()
-    summary, resources, profiles, meta = summarize(entries, a.checks, a.benches, a.compiled, a.gpu_arch, case,
-                                                   a.sweeps, a.profiles, run, expected=expected, more_records=more)
+    summary, resources, profiles, meta = tidy_tables(entries, a.checks, a.benches, a.compiled, a.gpu_arch, case,
+                                                     a.sweeps, a.profiles, run, expected=expected, more_records=more)
     meta["settings"] = settings.mapping
     tables = {"summary": summary, "resources": resources, "profile": profiles}
     if settings.head_to_head:  # asked for in config: written, if only with its header
@@ -397,15 +397,15 @@ def cmd_summarize(a) -> None:
 
 
 def cmd_render(a) -> None:
-    from .report import WRITTEN, render
+    from .gpu_reports import WRITTEN, render
 
-    render(a.results, a.reports, a.template, a.slug)
+    render(a.results, a.reports, a.template, a.slug, a.settings.goal)
     for name in WRITTEN:
         print(f"wrote {Path(a.reports) / name}")
 
 
 def cmd_compare(a) -> None:
-    from .compare import render
+    from .gpu_comparison import render
 
     print(f"wrote {render(a.results, a.template, a.table, a.figure)} and {a.figure}")
 
@@ -561,6 +561,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--reports", required=True)
     r.add_argument("--template", required=True)
     r.add_argument("--slug", required=True)
+    _settings_option(r)  # the goal the Hopper line is judged against
     r.set_defaults(run=cmd_render)
 
     r = sub.add_parser("compare", help="every GPU's TFLOPS side by side, from their results folders")

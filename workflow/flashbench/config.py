@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
@@ -58,6 +58,25 @@ class Peer:
                 "published_tflops": self.published_tflops, "max_seq_len": self.max_seq_len}
 
 
+@dataclass(frozen=True)
+class NextGoal:
+    """The Hopper report's next goal, past FlashAttention-3 (config key 'goal.next')."""
+    factors: dict[str, float]  # per rival's backend: the graph interval's low end and the cycle ratio both reach it
+    min_s: int  # at the case and at every S from here
+    efficiency_case: float  # the best version's efficiency per cycle at the case
+    long_s: int
+    efficiency_long: float  # and at every S from long_s
+
+
+@dataclass(frozen=True)
+class Goal:
+    """The Hopper report's goal for the line's best version (config key 'goal')."""
+    rivals: tuple[str, ...]  # the backends of the peers it is held to
+    min_s: int  # at the case and at every S from here
+    stretch: float  # the graph interval's low end against them, everywhere
+    next: NextGoal
+
+
 def sweep_steps(steps_at_case: int, case_s: int, S: int) -> int:
     """The write-up's method's calls per timing in the sweep at length S: as many as do the work of
     `steps_at_case` calls at the case's length (a call's work grows as S squared), to the nearest
@@ -81,6 +100,7 @@ class Settings:
     check_factor: float  # times plain fp16's error
     tolerance: float  # cap on the whole-tensor relative error
     bench: dict
+    goal: Goal
     peers: list[Peer] = field(default_factory=list)  # in table order, after the kernels
     baseline: str | None = None
     sweep: dict | None = None
@@ -116,6 +136,8 @@ class Settings:
             return {**peer, "shapes": [s.as_dict() for s in self.cycle_shapes(name)], "cycles": self.cycles}
         if stage == "summarize":
             return self.mapping
+        if stage == "render":
+            return asdict(self.goal)
         raise ConfigError(f"no stage {stage!r} reads the settings")
 
     def entries(self) -> list[dict]:
@@ -278,6 +300,8 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
         check_factor=float(config["check"]["factor"]),
         tolerance=float(config["check"]["tolerance"]),
         bench=dict(config["bench"]),
+        goal=Goal(**{**config["goal"], "rivals": tuple(config["goal"]["rivals"]),
+                     "next": NextGoal(**config["goal"]["next"])}),
         peers=peers,
         baseline=baseline,
         sweep=dict(config["sweep"]) if config.get("sweep") else None,

@@ -76,7 +76,7 @@ def verdict(ci_low: float, ci_high: float, level_within: float) -> str:
     return "level"
 
 
-def compare(version_s: list[float], rival_s: list[float], confidence: float, resamples: int,
+def ratio_and_verdict(version_s: list[float], rival_s: list[float], confidence: float, resamples: int,
             level_within: float) -> dict:
     """The paired comparison of two contestants' per-round times by one method."""
     ratios = paired_ratios(version_s, rival_s)
@@ -109,8 +109,8 @@ def comparisons(record: dict, headline: list[str], rivals: list[str], confidence
                 key = f"{method}_s"
                 row = {**shape.as_dict(), "is_case": record["is_case"], "version": version, "rival": rival,
                        "method": method,
-                       **compare([r[key] for r in mine["rounds"]], [r[key] for r in theirs["rounds"]], confidence,
-                                 resamples, level_within),
+                       **ratio_and_verdict([r[key] for r in mine["rounds"]], [r[key] for r in theirs["rounds"]],
+                                           confidence, resamples, level_within),
                        # the step method is not fair to a side whose Python dispatch outlasts its kernel
                        "fair": method == "graph" or not (_mostly_dispatch_bound(mine) or _mostly_dispatch_bound(theirs))}
                 for side, c in (("version", mine), ("rival", theirs)):

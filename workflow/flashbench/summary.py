@@ -194,15 +194,16 @@ def read_records(paths: list, kind: str, expected: Expected) -> dict:
     return {Path(p).stem: read_record(p, kind, expected) for p in paths}
 
 
-def summarize(kernels: list[dict], check_paths: list, bench_paths: list, compile_paths: list, gpu_arch: str,
-              case: dict, sweep_paths: list = (), profile_paths: list = (), settings: dict | None = None, *,
-              expected: Expected, more_records: dict | None = None
-              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
-    """`kernels`: the config entries of the kernels and peers, in table order. `settings`: what the run
-    was asked to do beyond that (baseline, sweep, profile note), carried into kernels.json. `expected`:
-    what the records must show the run did (the configured shapes and call counts). `more_records`:
-    the records of other stages (stage -> name -> record, read already), held to the same GPU and
-    cubins as these."""
+def tidy_tables(kernels: list[dict], check_paths: list, bench_paths: list, compile_paths: list, gpu_arch: str,
+                case: dict, sweep_paths: list = (), profile_paths: list = (), settings: dict | None = None, *,
+                expected: Expected, more_records: dict | None = None
+                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+    """A GPU's raw records gathered into its tables: summary.csv's, resources.csv's, profile.csv's and
+    kernels.json. `kernels`: the config entries of the kernels and peers, in table order. `settings`:
+    what the run was asked to do beyond that (baseline, sweep, profile note), carried into
+    kernels.json. `expected`: what the records must show the run did (the configured shapes and call
+    counts). `more_records`: the records of other stages (stage -> name -> record, read already),
+    held to the same GPU and cubins as these."""
     checks = read_records(check_paths, "check", expected)
     benches = read_records(bench_paths, "bench", expected)
     sweeps = read_records(sweep_paths, "sweep", expected)

@@ -55,9 +55,11 @@ rule render_report:
         **{Path(figure).stem: archive_output(in_report(figure, "figures")) for figure in report_figures("{gpu}")},
     log:
         "logs/{gpu}/render_report.log",
+    params:
+        settings=settings_of("render"),
     shell:
-        "{PY} -m flashbench render --results results/{wildcards.gpu} --reports reports/{wildcards.gpu}"
-        " --template {input.template} --slug {wildcards.gpu} 2>&1 > {log} | tee -a {log} >&2"
+        "{PY} -m flashbench render --settings {SETTINGS_FILE} --results results/{wildcards.gpu}"
+        " --reports reports/{wildcards.gpu} --template {input.template} --slug {wildcards.gpu} 2>&1 > {log} | tee -a {log} >&2"
 
 
 rule compare_gpus:

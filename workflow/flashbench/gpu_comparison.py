@@ -12,10 +12,12 @@ import os
 from pathlib import Path
 
 from . import archives
+from .archive_tables import read_summary
+from .figures import PUBLISHED, bars_figure
 from .files import write_text
 from .gpu import commits
-from .report import PUBLISHED, bars_figure, fill, read_summary
 from .summary import case_rows
+from .templates import fill
 
 
 def not_timed_because(kernel: dict) -> str:

@@ -4,7 +4,7 @@ import re
 
 import pandas as pd
 
-from flashbench import compare, gpu
+from flashbench import gpu, gpu_comparison
 
 import records
 from conftest import ROOT
@@ -29,7 +29,7 @@ def measured(results_dir) -> dict:
 
 def test_the_archived_comparison_is_what_the_archived_results_render_to(tmp_path, settings):
     """reports/README.md is generated, never edited: every archived GPU's column is its summary.csv."""
-    path = compare.render(ARCHIVED, TEMPLATE, tmp_path / "README.md", tmp_path / "compare.png")
+    path = gpu_comparison.render(ARCHIVED, TEMPLATE, tmp_path / "README.md", tmp_path / "compare.png")
     text = path.read_text()
     assert text == (ROOT / "reports" / "README.md").read_text(), "reports/README.md differs: run `snakemake report`"
     assert (tmp_path / "compare.png").stat().st_size > 1000
@@ -51,7 +51,7 @@ def test_two_gpus_side_by_side(tmp_path):
     second = results_folder(tmp_path / "b", {**records.LIKE_THE_WRITEUP, "v11": 300.0}, failing="v12",
                             skipped="sdpa_auto", slug="gpu-b")
     reports = tmp_path / "reports"
-    text = compare.render([first, second], TEMPLATE, reports / "README.md", reports / "compare.png").read_text()
+    text = gpu_comparison.render([first, second], TEMPLATE, reports / "README.md", reports / "compare.png").read_text()
     assert (reports / "compare.png").stat().st_size > 1000
     # both are an NVIDIA H200 (records.provenance): the folder tells them apart
     assert ("| kernel | [NVIDIA H200 (gpu-a)](gpu-a/report.md) | [NVIDIA H200 (gpu-b)](gpu-b/report.md) "
@@ -75,12 +75,12 @@ def test_a_kernel_one_gpu_did_not_run_is_a_dash(tmp_path):
     trimmed = json.loads(meta)
     trimmed["kernels"] = [k for k in trimmed["kernels"] if k["name"] != "br128"]
     (fewer / "kernels.json").write_text(json.dumps(trimmed))
-    text = compare.render([fewer, both], TEMPLATE, tmp_path / "README.md", tmp_path / "compare.png").read_text()
+    text = gpu_comparison.render([fewer, both], TEMPLATE, tmp_path / "README.md", tmp_path / "compare.png").read_text()
     assert table(text)["br128"] == ["—", "199.0", "198.96"]
 
 
 def test_no_gpu_archived_yet(tmp_path):
-    text = compare.render([], TEMPLATE, tmp_path / "README.md", tmp_path / "compare.png").read_text()
+    text = gpu_comparison.render([], TEMPLATE, tmp_path / "README.md", tmp_path / "compare.png").read_text()
     assert "No GPU is archived under `results/` yet" in text and (tmp_path / "compare.png").exists()
 
 

@@ -1,35 +1,43 @@
 """The Hopper line (the sm_90a versions after V13): its own report beside the chapter's, from the same
 results. Each step's change and gain, its place against the peers at the case and over S, the
-profiler's readings, and the line's goal judged from the head-to-head (head_to_head.csv): its best
-version at or above torch SDPA held to cuDNN and SDPA's automatic dispatch at the case and at every
-S from GOAL_MIN_S up, each verdict from the interval of the paired ratios; beside them its verdicts
-against every other rival (FlashAttention's own kernel) and the cycle counts (cycles.csv); and the
-next goal, past FlashAttention-3: given factors over cuDNN and FlashAttention's kernel by both the
-head-to-head and the cycles, and given efficiencies per cycle."""
+profiler's readings, and the line's goal (config's `goal`) judged from the head-to-head
+(head_to_head.csv): its best version at or above torch SDPA held to the goal's rivals (cuDNN and
+SDPA's automatic dispatch) at the case and at every S from the goal's min_s up, each verdict from the
+interval of the paired ratios; beside them its verdicts against every other rival (FlashAttention's
+own kernel) and the cycle counts (cycles.csv); and the next goal, past FlashAttention-3: given
+factors over rivals (cuDNN and FlashAttention's kernel) by both the head-to-head and the cycles, and
+given efficiencies per cycle."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 
+from .archive_tables import by_s, nan_as_none, sweep_rows
+from .chapter_report import correctness
+from .config import Goal
+from .figures import sweep_figure, tflops_figure
+from .files import write_text
+from .gpu import commits
 from .summary import case_rows
+from .templates import fill
 
+FIGURES = {"tflops": "hopper_tflops.png", "sweep": "hopper_sweep.png"}
+WRITTEN = ("hopper.md", *FIGURES.values())  # what render writes
+TEMPLATE = "hopper.md.j2"  # beside the chapter's template
 LINE = "hopper"
-GOAL_MIN_S = 4096
-STRETCH = 1.1
-RIVALS = ("cudnn", "auto")  # the peers' backends the goal names
 SHOWN_STALLS = 3
-# The next goal, past FlashAttention-3: per rival (its backend), the factor the best version's paired
-# ratio by graph (the interval's lower end) and its cycle ratio must both reach, at the case and at
-# every S from NEXT_MIN_S; and the efficiency per cycle the best version must reach at the case and at
-# every S from NEXT_LONG_S.
-NEXT_FACTORS = {"flash_attn_cute": 1.05, "cudnn": 1.10}
-NEXT_MIN_S = 1024
-NEXT_EFFICIENCY_CASE, NEXT_LONG_S, NEXT_EFFICIENCY_LONG = 0.75, 8192, 0.85
+
+
+def line_best(meta: dict) -> str | None:
+    """The line's best version: the first of config's `headline`, None in a run without one."""
+    return (meta.get("headline") or [None])[0]
 
 
 def tflops_of(frame: pd.DataFrame, name: str, column: str = "tflops") -> float | None:
     """`name`'s figure (`column`) in `frame` (case rows, or one length of the sweep), or None."""
     row = frame[frame.kernel == name]
-    return float(row.iloc[0][column]) if len(row) and pd.notna(row.iloc[0][column]) else None
+    return nan_as_none(row.iloc[0][column]) if len(row) else None
 
 
 def _where(is_case: bool, S: int) -> str:
@@ -43,42 +51,44 @@ COMPARED = ("ratio", "ci_low", "ci_high", "verdict", "fair", "version_tflops", "
 
 def _comparison(row) -> dict:
     """One row of head_to_head.csv as the template reads it (NaN, as where no energy was read: None)."""
-    return {key: None if pd.isna(value) else value for key, value in row._asdict().items() if key in COMPARED}
+    return {key: nan_as_none(value) for key, value in row._asdict().items() if key in COMPARED}
 
 
 def cycles_over(cycles: pd.DataFrame, version: str) -> pd.DataFrame | None:
     """Each kernel's cycle count over `version`'s, at each S (kernel x S; NaN where either was not
     counted there), or None where `version` was not counted at all."""
-    by_s = cycles.pivot_table(index="kernel", columns="S", values="cycles")
-    return by_s.div(by_s.loc[version], axis=1) if version in by_s.index else None
+    counts = by_s(cycles, "cycles")
+    return counts.div(counts.loc[version], axis=1) if version in counts.index else None
 
 
 def _cell(frame: pd.DataFrame | None, row, column) -> float | None:
-    if frame is None or row not in frame.index or column not in frame.columns or pd.isna(frame.at[row, column]):
+    if frame is None or row not in frame.index or column not in frame.columns:
         return None
-    return float(frame.at[row, column])
+    return nan_as_none(frame.at[row, column])
 
 
-def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | None = None) -> dict | None:
-    """The goal from the head-to-head: per rival and point, the best headline version's paired ratio,
-    interval and verdict by CUDA graph and back to back, and beside them the rival's cycles over the
-    version's where both were counted there. The goal is reached where no fair verdict against the
-    goal's rivals is "behind" at the case and at every S >= GOAL_MIN_S."""
-    headline = meta.get("headline") or []
-    if table is None or table.empty or not headline:
+def goal_verdicts(table: pd.DataFrame | None, meta: dict, goal: Goal, cycles: pd.DataFrame | None = None
+                  ) -> dict | None:
+    """The goal judged from the head-to-head: per rival and point, the best headline version's paired
+    ratio, interval and verdict by CUDA graph and back to back, and beside them the rival's cycles
+    over the version's where both were counted there. The goal is reached where no fair verdict
+    against the goal's rivals is "behind" at the case and at every S >= goal.min_s."""
+    best = line_best(meta)
+    if table is None or table.empty or best is None:
         return None
-    best, settings = headline[0], meta.get("head_to_head") or {}
-    goal_rivals = [k["name"] for k in meta["kernels"] if k["kind"] == "peer" and k.get("backend") in RIVALS]
+    headline, settings = meta["headline"], meta.get("head_to_head") or {}
+    goal_rivals = [k["name"] for k in meta["kernels"]
+                   if k["kind"] == "peer" and k.get("backend") in goal.rivals]
     mine = table[table.version == best]
     against = mine[~mine.rival.isin(headline)]  # its predecessors: a table of their own
     over = cycles_over(cycles, best) if cycles is not None else None
     points = []  # in the table's order: the case first, then by S
     for (is_case, S, rival), pair in against.groupby(["is_case", "S", "rival"], sort=False):
         points.append({"where": _where(is_case, S), "S": int(S), "is_case": bool(is_case), "rival": rival,
-                       "in_goal": rival in goal_rivals and (is_case or S >= GOAL_MIN_S),
+                       "in_goal": rival in goal_rivals and (is_case or S >= goal.min_s),
                        "cycles_ratio": _cell(over, rival, S), **{r.method: _comparison(r) for r in pair.itertuples()}})
     in_goal = [p for p in points if p["in_goal"]]
-    goal_wheres = {p["where"] for p in points if p["is_case"] or p["S"] >= GOAL_MIN_S}
+    goal_wheres = {p["where"] for p in points if p["is_case"] or p["S"] >= goal.min_s}
     complete = bool(in_goal) and {(p["where"], p["rival"]) for p in in_goal} == {
         (w, r) for w in goal_wheres for r in goal_rivals}
     behind = [f"{p['rival']} at {p['where']} ({m})" for p in in_goal for m in ("graph", "step")
@@ -88,44 +98,44 @@ def paired_goal(table: pd.DataFrame | None, meta: dict, cycles: pd.DataFrame | N
         by_rival.setdefault(p["rival"], {}).setdefault(p["graph"]["verdict"], []).append(p["where"])
     return {"best": best, "goal_rivals": goal_rivals, "points": points, "by_rival": by_rival,
             "behind": behind, "complete": complete, "reached": complete and not behind,
-            "stretch": complete and min(p["graph"]["ci_low"] for p in in_goal) >= STRETCH,
+            "stretch": complete and min(p["graph"]["ci_low"] for p in in_goal) >= goal.stretch,
             **{key: settings.get(key) for key in ("level_within", "rounds", "confidence")},
             "predecessors": [{"where": _where(r.is_case, r.S), "rival": r.rival, "method": r.method, **_comparison(r)}
                              for r in mine[mine.rival.isin(headline[1:])].itertuples()]}
 
 
-def next_goal(paired: dict | None, cycles: pd.DataFrame | None, meta: dict) -> dict | None:
-    """The next goal (NEXT_FACTORS, NEXT_EFFICIENCY_*): for each of its rivals at the case and at each S
-    from NEXT_MIN_S, the best version's interval's lower end by graph and the rival's cycles over its,
-    against the factor; the best version's efficiency per cycle at the case and from NEXT_LONG_S up.
-    Judged where every such point and count is there; None without a head-to-head and cycle counts."""
-    if not paired or cycles is None or cycles.empty:
+def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, goal: Goal) -> dict | None:
+    """The next goal (goal.next): for each of its rivals at the case and at each S from its min_s, the
+    best version's interval's lower end by graph and the rival's cycles over its, against the factor;
+    the best version's efficiency per cycle at the case and from its long_s up. Judged where every
+    such point and count is there; None without a head-to-head and cycle counts."""
+    if not verdicts or cycles is None or cycles.empty:
         return None
-    factor = {k["name"]: NEXT_FACTORS[k["backend"]] for k in meta["kernels"]
-              if k["kind"] == "peer" and k.get("backend") in NEXT_FACTORS}
+    factor = {k["name"]: goal.next.factors[k["backend"]] for k in meta["kernels"]
+              if k["kind"] == "peer" and k.get("backend") in goal.next.factors}
     ratios = [{"where": p["where"], "rival": p["rival"], "factor": factor[p["rival"]], "graph_low": p["graph"]["ci_low"],
                "cycles": p["cycles_ratio"]}
-              for p in paired["points"] if p["rival"] in factor and (p["is_case"] or p["S"] >= NEXT_MIN_S)]
+              for p in verdicts["points"] if p["rival"] in factor and (p["is_case"] or p["S"] >= goal.next.min_s)]
     for r in ratios:
         r["met"] = r["cycles"] is not None and min(r["graph_low"], r["cycles"]) >= r["factor"]
-    mine = cycles[cycles.kernel == paired["best"]]
+    mine = cycles[cycles.kernel == verdicts["best"]]
     efficiency = [{"where": _where(r.is_case, r.S), "efficiency": float(r.efficiency_per_cycle),
-                   "floor": NEXT_EFFICIENCY_CASE if r.is_case else NEXT_EFFICIENCY_LONG}
-                  for r in mine.itertuples() if r.is_case or r.S >= NEXT_LONG_S]
+                   "floor": goal.next.efficiency_case if r.is_case else goal.next.efficiency_long}
+                  for r in mine.itertuples() if r.is_case or r.S >= goal.next.long_s]
     for e in efficiency:
         e["met"] = e["efficiency"] >= e["floor"]
-    wheres = list(dict.fromkeys(p["where"] for p in paired["points"] if p["is_case"] or p["S"] >= NEXT_MIN_S))
-    missing = _next_goal_missing(wheres, factor, ratios, efficiency)
+    wheres = list(dict.fromkeys(p["where"] for p in verdicts["points"]
+                                if p["is_case"] or p["S"] >= goal.next.min_s))
+    missing = _next_goal_missing(wheres, factor, ratios, efficiency, goal.next.long_s)
     complete = not missing
     misses = [f"{r['rival']} at {r['where']}" for r in ratios if not r["met"]]
     misses += [f"{100 * e['efficiency']:.1f}% per cycle at {e['where']}" for e in efficiency if not e["met"]]
-    return {"best": paired["best"], "ratios": ratios, "efficiency": efficiency, "complete": complete,
-            "reached": complete and not misses, "misses": misses, "missing": missing, "factors": factor,
-            "min_s": NEXT_MIN_S, "long_s": NEXT_LONG_S, "efficiency_case": NEXT_EFFICIENCY_CASE,
-            "efficiency_long": NEXT_EFFICIENCY_LONG}
+    return {"best": verdicts["best"], "ratios": ratios, "efficiency": efficiency, "complete": complete,
+            "reached": complete and not misses, "misses": misses, "missing": missing, "factors": factor}
 
 
-def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], efficiency: list[dict]) -> list[str]:
+def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], efficiency: list[dict], long_s: int
+                       ) -> list[str]:
     """What the next goal needs and the run lacks, in words: a rival with no head-to-head point at all
     (not installed, say), or the points, cycle counts and efficiencies that are missing."""
     have = {(r["where"], r["rival"]) for r in ratios}
@@ -140,7 +150,7 @@ def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], effi
     if not any(e["where"] == "case" for e in efficiency):
         missing.append("the best version's cycles at the case")
     if all(e["where"] == "case" for e in efficiency):
-        missing.append(f"the best version's cycles at S >= {NEXT_LONG_S}")
+        missing.append(f"the best version's cycles at S >= {long_s}")
     return missing
 
 
@@ -157,28 +167,25 @@ def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
                for r in table[table.is_case].itertuples()]  # the table is in table order
     over_s = table[table.kernel.isin(contestants)]
     lengths = sorted(int(s) for s in over_s.S.unique())
-
-    def by_s(column: str) -> pd.DataFrame:
-        return over_s.pivot_table(index="kernel", columns="S", values=column).reindex(index=contestants, columns=lengths)
-
-    def cells(row) -> list:
-        return [None if pd.isna(x) else float(x) for x in row]
-
-    cycles, efficiency = by_s("cycles"), by_s("efficiency_per_cycle")
-    best = contestants[0] if contestants and contestants[0] == (headline or [None])[0] else None
+    cycles, efficiency = (by_s(over_s, column, contestants, lengths) for column in ("cycles", "efficiency_per_cycle"))
+    best = contestants[0] if contestants and contestants[0] == line_best(meta) else None
     over = cycles_over(over_s, best).reindex(index=contestants, columns=lengths) if best else None
     return {"at_case": at_case, "lengths": lengths, "best": best,
-            "by_s": [{"kernel": n, "cycles": cells(cycles.loc[n]), "efficiency": cells(efficiency.loc[n])}
+            "by_s": [{"kernel": n, "cycles": _cells(cycles.loc[n]), "efficiency": _cells(efficiency.loc[n])}
                      for n in contestants],
-            "ratios": [{"rival": n, "ratios": cells(over.loc[n])} for n in contestants[1:]] if best else []}
+            "ratios": [{"rival": n, "ratios": _cells(over.loc[n])} for n in contestants[1:]] if best else []}
 
 
-def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict,
+def _cells(row: pd.Series) -> list:
+    return [nan_as_none(x) for x in row]
+
+
+def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict, goal: Goal,
             head_to_head: pd.DataFrame | None = None, cycles: pd.DataFrame | None = None) -> dict:
     kernels = meta["kernels"]
     line = [k for k in kernels if k.get("line") == LINE]
     chapter_versions = [k["name"] for k in kernels if k.get("line", "g3") == "g3" and k["kind"] == "version"]
-    rivals = {k["backend"]: k["name"] for k in kernels if k["kind"] == "peer" and k.get("backend") in RIVALS}
+    rivals = {k["backend"]: k["name"] for k in kernels if k["kind"] == "peer" and k.get("backend") in goal.rivals}
     peers = [k["name"] for k in kernels if k["kind"] == "peer"]
     case = case_rows(summary)
     sweep = summary[summary.series == "sweep"]
@@ -200,14 +207,10 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     lengths = sorted(int(s) for s in sweep.S.unique()) if not sweep.empty else []
     order = [k["name"] for k in line] + [n for n in chapter_versions[-1:]] + peers
     table = sweep[sweep.kernel.isin(order)]
-    by_s = {}
-    for column in ("tflops", "tflops_graph"):
-        pivot = table.pivot_table(index="kernel", columns="S", values=column) if not table.empty else pd.DataFrame()
-        pivot = pivot.reindex([n for n in order if n in pivot.index])
-        by_s[column] = [{"name": n, "tflops": [None if pd.isna(v) else float(v) for v in row]}
-                        for n, row in zip(pivot.index, pivot.itertuples(index=False))]
+    by_length = {column: sweep_rows(by_s(table.dropna(subset=[column]), column, order))  # the kernels with a figure
+                 for column in ("tflops", "tflops_graph")}
 
-    head_to_head_goal = paired_goal(head_to_head, meta, cycles)
+    verdicts = goal_verdicts(head_to_head, meta, goal, cycles)
     # the step method's figures that timed the CPU's dispatch rather than the kernel: (name, S)
     flagged = sweep[sweep.kernel.isin(order) & (sweep.dispatch_bound == True)]  # noqa: E712  (NaN: not timed)
     dispatch_bound = sorted({(n, int(s)) for n, s in zip(flagged.kernel, flagged.S)})
@@ -219,17 +222,41 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         if len(p):
             r = p.iloc[0]
             top = sorted(stall_columns, key=lambda c: -(r[c] if pd.notna(r[c]) else 0))[:SHOWN_STALLS]
-            readings.append({"kernel": name, **{m: (None if pd.isna(r[m]) else float(r[m])) for m in
+            readings.append({"kernel": name, **{m: nan_as_none(r[m]) for m in
                                                 ("duration_us", "tensor_pipe_pct", "issue_active_pct", "eligible_warps",
                                                  "registers", "achieved_occupancy_pct")},
                              "stalls": [(c.removeprefix("stall_"), float(r[c])) for c in top]})
     return {
-        "line": line, "steps": steps, "rivals": rivals, "lengths": lengths, "sweep": by_s, "readings": readings,
-        "min_s": GOAL_MIN_S,
+        "line": line, "steps": steps, "rivals": rivals, "lengths": lengths, "sweep": by_length, "readings": readings,
+        "goal": goal,
         "not_run": [k for k in line if not k.get("check_passed")],
         "order": order,
-        "paired": head_to_head_goal,
-        "next_goal": next_goal(head_to_head_goal, cycles, meta),
+        "goal_verdicts": verdicts,
+        "next_goal": next_goal(verdicts, cycles, meta, goal),
         "cycles": cycle_counts(cycles, meta),
         "dispatch_bound": dispatch_bound,
     }
+
+
+def render(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict, paired: dict,
+           goal: Goal, template: Path, report_dir: Path, slug: str, gpu_name: str) -> None:
+    """hopper.md and its figures into `report_dir`, from every kernel's tables and the paired ones
+    (archive_tables.read_paired), the line judged against `goal`; `gpu_name` as the chapter's report
+    gives it."""
+    ctx = context(summary, resources, profile, meta, goal, **paired)
+    names = set(ctx["order"])
+    checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
+    kinds = {k["name"]: k["kind"] for k in meta["kernels"]}
+    rows = [{"name": n, "kind": kinds[n], "tflops": tflops_of(case_rows(summary), n), "published_tflops": None}
+            for n in ctx["order"]]
+    tflops_figure(rows, gpu_name, meta["case"], report_dir / FIGURES["tflops"])
+    sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]
+    timed = [s["name"] for s in ctx["steps"] if s["tflops"]]
+    best = line_best(meta) or (timed[-1] if timed else None)  # a config without `headline`: the last timed
+    emphasized = {**({best: "the line's best"} if best else {}),
+                  **{n: "the goal's rival" for n in ctx["rivals"].values()}}
+    sweep_figure(sweep, ctx["order"], emphasized, gpu_name, meta["case"], report_dir / FIGURES["sweep"])
+    measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
+    text = fill(template, **ctx, meta=meta, slug=slug, gpu_name=gpu_name, figures=FIGURES, commits=measured,
+                correctness=correctness(checked, [k["name"] for k in ctx["line"]]))
+    write_text(report_dir / "hopper.md", text)

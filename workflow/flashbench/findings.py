@@ -1,4 +1,5 @@
-"""Sentences derived from the measured tables: each states only what the numbers show."""
+"""The report's findings: sentences derived from the measured tables, each stating only what the
+numbers show (the chapter's claims and conclusions, judged, are claims')."""
 from __future__ import annotations
 
 import pandas as pd

@@ -1,0 +1,191 @@
+"""The reports' figures (matplotlib, drawn headless): bars of TFLOPS per kernel and peer, TFLOPS
+against S, the profiler's stall reasons. Our kernels and the PyTorch peers are told apart at a glance
+in every figure, and each figure is sized to read at 100% on a laptop's screen."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .files import staged
+
+PUBLISHED = "write-up, B300"
+PEER = "peer"  # the kind of a PyTorch peer in kernels.json; every other kind is one of our kernels
+# Our kernels: solid lines and filled bars in one categorical palette; the peers: dashed lines and
+# hatched bars in another, so that the two are told apart at a glance and every line has its own
+# colour (a palette runs out only past 10 of ours or 8 peers, where the markers still differ).
+OURS_PALETTE, PEERS_PALETTE = "tab10", "Dark2"
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+PEER_DASHES = ((5, 2), (2, 1.5), (6, 2, 1.5, 2), (1, 1), (8, 2, 1.5, 2, 1.5, 2), (3, 3))
+EMPHASIZED_WIDTH, LINE_WIDTH = 3.0, 1.6
+FONT = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10, "ytick.labelsize": 10,
+        "legend.fontsize": 10, "legend.title_fontsize": 10}
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    try:
+        with staged(path) as tmp:
+            fig.savefig(tmp, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def _axes(width: float, height: float):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(width, height))
+
+
+def _nothing_to_plot(ax, why: str) -> None:
+    ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+
+
+def line_styles(names: list[str], kinds: dict[str, str], emphasized: dict[str, str] | None = None) -> dict[str, dict]:
+    """matplotlib keywords of each implementation's line, in `names` order: ours solid, each its own
+    colour and marker; the peers dashed, each its own colour, dash and marker; the `emphasized` ones
+    thicker."""
+    import seaborn as sns
+
+    emphasized = emphasized or {}
+    ours = [n for n in names if kinds[n] != PEER]
+    peers = [n for n in names if kinds[n] == PEER]
+    styles = {}
+    for group, palette in ((ours, OURS_PALETTE), (peers, PEERS_PALETTE)):
+        colours = sns.color_palette(palette, max(len(group), 1))
+        for i, name in enumerate(group):
+            style = {"color": colours[i % len(colours)], "marker": MARKERS[i % len(MARKERS)],
+                     "linewidth": EMPHASIZED_WIDTH if name in emphasized else LINE_WIDTH,
+                     "markersize": 7 if name in emphasized else 5}
+            if group is peers:
+                style |= {"dashes": PEER_DASHES[i % len(PEER_DASHES)], "markerfacecolor": "white"}
+            styles[name] = style
+    return {n: styles[n] for n in names}
+
+
+def _legend_outside(ax, handles_by_title: dict[str, list]) -> None:
+    """One legend per group (our kernels, the peers), stacked right of the axes, titled in words."""
+    top = 1.0
+    for title, handles in handles_by_title.items():
+        if not handles:
+            continue
+        legend = ax.legend(handles=handles, title=title, loc="upper left", bbox_to_anchor=(1.01, top),
+                           frameon=False, alignment="left")
+        ax.add_artist(legend)
+        legend.set_clip_on(False)  # counted in the layout, which leaves it room
+        ax.figure.canvas.draw()  # the legend's height, to put the next one under it
+        top = ax.transAxes.inverted().transform(legend.get_window_extent())[0][1] - 0.03
+
+
+def bars_figure(bars: list[dict], order: list[str], kinds: dict[str, str], title: str, path: Path) -> None:
+    """Horizontal bars of TFLOPS, a group per kernel or peer in `order` (top to bottom), a bar per
+    source: `bars` are {kernel, TFLOPS, source}, one colour per source; our kernels' bars filled, the
+    peers' hatched."""
+    import matplotlib
+    import seaborn as sns
+    from matplotlib.patches import Patch
+
+    sources = list(dict.fromkeys(b["source"] for b in bars))
+    with matplotlib.rc_context(FONT):
+        fig, ax = _axes(10.0, 1.3 + 0.19 * len(order) * max(1, len(sources)) + 0.2 * len(sources))
+        if bars:
+            colours = dict(zip(sources, sns.color_palette("colorblind", len(sources))))
+            sns.barplot(data=pd.DataFrame(bars), y="kernel", x="TFLOPS", hue="source", order=order,
+                        hue_order=sources, palette=colours, saturation=1, orient="h", ax=ax, legend=False)
+            for source, container in zip(sources, ax.containers):
+                for bar in container:  # a source's bars skip the kernels it has no figure for: placed by y
+                    if kinds.get(order[round(bar.get_y() + bar.get_height() / 2)]) == PEER:
+                        bar.set(hatch="///", facecolor=(*colours[source], 0.35), edgecolor=colours[source])
+                ax.bar_label(container, fmt="%.0f", padding=3, fontsize=9)
+            ax.margins(x=0.08)
+            _legend_outside(ax, {
+                "TFLOPS from": [Patch(facecolor=colours[s], label=s) for s in sources],
+                "implementation": [Patch(facecolor="0.45", label="our kernel"),
+                                   Patch(facecolor=(0.45, 0.45, 0.45, 0.35), edgecolor="0.45", hatch="///",
+                                         label="PyTorch peer")]})
+            ax.set_xlabel("TFLOPS")
+            ax.set_ylabel("")
+            ax.grid(axis="x", alpha=0.3)
+        ax.set_title(title)
+        _save(fig, path)
+
+
+def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path) -> None:
+    """Bars of measured TFLOPS per kernel and peer, the write-up's B300 figures beside them."""
+    bars = []
+    for r in rows:
+        if r["tflops"] is not None:
+            bars.append({"kernel": r["name"], "TFLOPS": r["tflops"], "source": f"measured, {gpu_name}"})
+        if r["published_tflops"] is not None:
+            bars.append({"kernel": r["name"], "TFLOPS": r["published_tflops"], "source": PUBLISHED})
+    bars_figure(bars, [r["name"] for r in rows], {r["name"]: r["kind"] for r in rows},
+                f"Attention forward, B={case['B']} H={case['H']} S={case['S']} D={case['D']}, fp16", path)
+
+
+def sweep_figure(sweep: pd.DataFrame, order: list[str], emphasized: dict[str, str], gpu_name: str, case: dict,
+                 path: Path) -> None:
+    """TFLOPS against S, one line per kernel or peer (ours solid, the peers dashed), the `emphasized`
+    ones ({name: why}) thicker, their legend entries saying why."""
+    import matplotlib
+    from matplotlib.lines import Line2D
+
+    with matplotlib.rc_context(FONT):
+        fig, ax = _axes(11.0, 5.6)
+        timed = sweep.dropna(subset=["tflops"])
+        if timed.empty:
+            _nothing_to_plot(ax, "no sweep in this run")
+        else:
+            kinds = dict(zip(timed.kernel, timed.kind))
+            names = [n for n in order if n in kinds]
+            styles = line_styles(names, kinds, emphasized)
+            for name in names:
+                points = timed[timed.kernel == name].sort_values("S")
+                ax.plot(points.S, points.tflops, label=name, **styles[name])
+            lengths = sorted(timed.S.unique())
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(lengths, [str(s) for s in lengths])
+            ax.set_xlim(lengths[0] / 1.15, lengths[-1] * 1.15)
+            ax.set_xlabel("sequence length S")
+            ax.set_ylabel("TFLOPS")
+            ax.grid(alpha=0.3)
+
+            def handle(name):
+                why = f" ({emphasized[name]})" if name in emphasized else ""
+                return Line2D([], [], label=name + why, **styles[name])
+
+            _legend_outside(ax, {"our kernels (solid)": [handle(n) for n in names if kinds[n] != PEER],
+                                 "PyTorch peers (dashed)": [handle(n) for n in names if kinds[n] == PEER]})
+            ax.set_title(f"TFLOPS against S on the {gpu_name}, B={case['B']} H={case['H']} D={case['D']}")
+        _save(fig, path)
+
+
+def stalls_figure(profile: pd.DataFrame, order: list[str], path: Path, shown: int = 7) -> None:
+    """Stacked horizontal bars: cycles each kernel's warps spend per issued instruction in each stall
+    reason, the `shown` largest reasons and the rest summed."""
+    import matplotlib
+
+    with matplotlib.rc_context(FONT):
+        profiled = [n for n in order if n in set(profile.kernel)]
+        fig, ax = _axes(10.0, 1.6 + 0.45 * max(len(profiled), 3))
+        columns = [c for c in profile.columns if c.startswith("stall_") and c != "stall_selected"]
+        if profile.empty:
+            _nothing_to_plot(ax, "not profiled in this run")
+        else:
+            data = profile.set_index("kernel").reindex(profiled)[columns]
+            data.columns = [c.removeprefix("stall_").replace("_", " ") for c in columns]
+            top = data.sum().sort_values(ascending=False).index[:shown]
+            data = data[list(top)].assign(other=data.drop(columns=list(top)).sum(axis=1))
+            data.iloc[::-1].plot(kind="barh", stacked=True, ax=ax, colormap="tab10", width=0.7)
+            ax.set_xlabel("stall cycles per issued instruction")
+            ax.set_ylabel("")
+            ax.grid(axis="x", alpha=0.3)
+            ax.legend(title="stall reason", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                      alignment="left")
+            ax.set_title("Warp stall reasons at the case (Nsight Compute)")
+        _save(fig, path)

@@ -1,0 +1,27 @@
+"""The render stage: one GPU's two reports, the chapter's (report.md) and the Hopper line's after it
+(hopper.md), with their figures, from results/<gpu>/ alone but for the goal the line is held to
+(config's). All of them are written beside the folder first and land together: a render that fails
+leaves the reports as they were."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import chapter_report, hopper_report
+from .archive_tables import read_paired, read_tables
+from .config import Goal
+from .files import staged_folder
+
+WRITTEN = (*chapter_report.WRITTEN, *hopper_report.WRITTEN)  # what render writes
+
+
+def render(results_dir: Path | str, report_dir: Path | str, template: Path | str, slug: str, goal: Goal) -> Path:
+    """report.md from `template`, hopper.md from the Hopper line's template beside it (the line judged
+    against `goal`), and their figures, into `report_dir`; returns report.md's path."""
+    tables = read_tables(results_dir)
+    paired = read_paired(results_dir, tables[3])
+    report_dir = Path(report_dir)
+    with staged_folder(report_dir, list(WRITTEN)) as staging:
+        gpu_name = chapter_report.render(*tables, template, staging, slug)
+        hopper_report.render(*tables, paired, goal, Path(template).with_name(hopper_report.TEMPLATE), staging, slug,
+                             gpu_name)
+    return report_dir / "report.md"
