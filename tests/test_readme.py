@@ -139,3 +139,36 @@ def test_the_console_scripts_main_returns_the_exit_status(capsys):
     """The console script calls sys.exit(main()): main returns 1 after its one error line."""
     assert cli.main(["agreement", "/nonexistent/first", "/nonexistent/second"]) == 1
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def layout() -> dict[str, str]:
+    """README's Layout, each entry's text by its path (continuation lines joined to their entry)."""
+    block = README.read_text().split("## Layout\n")[1].split("\n## ")[0]
+    entries, current = {}, None
+    for line in block.splitlines():
+        if line.startswith("    ") and not line.startswith("     "):
+            current, _, text = line[4:].partition(" ")
+            entries[current] = text
+        elif line.startswith("      ") and current:
+            entries[current] += " " + line.strip()
+    return entries
+
+
+def named(text: str) -> set[str]:
+    """The words of a Layout entry that are names (identifiers), outside parentheses' explanations too."""
+    return set(re.findall(r"\b[a-z_][a-z0-9_]*\b", text))
+
+
+def test_the_layout_names_every_module_and_rule_file_and_only_paths_that_exist():
+    entries = layout()
+    modules = {p.stem for p in (ROOT / "workflow" / "flashbench").glob("*.py")} - {"__init__", "__main__"}
+    missing = modules - named(entries["workflow/flashbench/"])
+    assert not missing, f"README's Layout lacks the package's modules {sorted(missing)}"
+    rules = {p.stem for p in (ROOT / "workflow" / "rules").glob("*.smk")}
+    listed = set(re.findall(r"\b(\w+)(?: \([^)]*\))?(?:,|$)", entries["workflow/rules/*.smk"].split(":", 1)[1]))
+    assert listed == rules, f"README's Layout lists rule files {sorted(listed)}, the workflow has {sorted(rules)}"
+    for path in entries:
+        if "<" not in path and "..." not in path and "*" not in path:
+            for part in path.split():
+                assert (ROOT / part.rstrip("/")).exists() or (ROOT / "kernels" / part).exists(), \
+                    f"README's Layout names {part}, which is not in the repository"
