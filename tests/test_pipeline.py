@@ -568,3 +568,33 @@ def test_a_peer_skipped_for_want_of_torch_is_checked_again_once_torch_is_install
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--nolock", "-n", record], cwd=checkout,
                           env={**env, "PYTHONPATH": str(site.parent)}, capture_output=True, text=True)
     assert job_counts(proc.stdout) == {"check_peer": 1}, proc.stderr
+
+
+def test_a_record_made_from_the_same_bytes_is_up_to_date_whatever_the_file_times(checkout, built, tmp_path):
+    """A fresh clone's files all take the clone's time, and its builds are new: a record that names its
+    inputs with their sha256 (inputs_sha256) is up to date while those bytes are the same, and only
+    then. A record that names none goes by file times."""
+    from flashbench import codegraph
+    from flashbench.files import digests, write_json
+
+    with_build(checkout, built)
+    record = checkout / "results" / "nvidia-h200" / "check" / "br128.json"
+    inputs = ["build/sm_90/br128.cubin", "build/sm_90/br128.json", *codegraph.command_files("check")]
+    made_from = digests(checkout / path for path in inputs)
+    write_json(record, {"kernel": "br128", "inputs_sha256": {path: made_from[str(checkout / path)] for path in inputs}})
+    os.utime(record, (time.time() - 3600, time.time() - 3600))  # older than every input
+    target = ("-n", "results/nvidia-h200/check/br128.json", *H200)
+
+    proc = snakemake(checkout, *target)
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout, proc.stdout + proc.stderr
+
+    check = checkout / "workflow" / "flashbench" / "check.py"  # the check's code changes
+    check.write_text(check.read_text() + "\n# changed\n")
+    proc = snakemake(checkout, *target)
+    assert job_counts(proc.stdout) == {"check_kernel": 1}
+    check.write_text(check.read_text().removesuffix("\n# changed\n"))
+    assert "Nothing to be done" in snakemake(checkout, *target).stdout
+
+    write_json(record, {"kernel": "br128"})  # made before records named their inputs: by file times
+    os.utime(record, (time.time() - 3600, time.time() - 3600))
+    assert job_counts(snakemake(checkout, *target).stdout) == {"check_kernel": 1}
