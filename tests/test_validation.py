@@ -319,3 +319,23 @@ def test_a_head_to_head_whose_rounds_are_not_paired_or_a_count_without_the_case_
     write_json(tmp_path / "v15.json", counts)
     with pytest.raises(BadRecord, match=r"key 'points\[0\]\.cycles'"):
         read_record(tmp_path / "v15.json", "cycles")
+
+
+def test_the_settings_kernels_json_embeds_read_back_as_settings_and_agree_with_it(tmp_path):
+    """kernels.json embeds the validated config its run read; read back through config.Settings it must
+    be settings a run could have read, and say what kernels.json says of the run."""
+    from flashbench import config
+
+    meta = read_json(ROOT / "results" / "nvidia-h200" / "kernels.json")  # the archive's run, with today's config
+    path = tmp_path / "kernels.json"
+    write_json(path, {**meta, "settings": config.read(ROOT / "config.yaml")})
+    assert validation.read_record(path, "kernels")["settings"]["headline"] == meta["headline"]
+    for change, message in ((lambda s: s.update(headline=["v23"]), "key 'headline': \\['v24', 'v23'\\], but the "
+                                                                   "settings it embeds say \\['v23'\\]"),
+                            (lambda s: s.pop("case"), "key 'settings': not settings a run could have read: "
+                                                      "config key 'case': missing")):
+        settings = config.read(ROOT / "config.yaml")
+        change(settings)
+        write_json(path, {**meta, "settings": settings})
+        with pytest.raises(validation.BadRecord, match=message):
+            validation.read_record(path, "kernels")

@@ -222,10 +222,11 @@ def supported_archs() -> list[str]:
     return list(schemas.load("config")["$defs"]["arch"]["enum"])
 
 
-def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = False) -> Settings:
+def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = False, check_sources: bool = True) -> Settings:
     """Check a loaded config; raise ConfigError naming the first bad key, else return Settings.
     `schema_checked`: the config is a settings file the workflow wrote once it had checked it (see
-    load_settings), so the JSON schema is not applied again."""
+    load_settings), so the JSON schema is not applied again. `check_sources`: whether each kernel's
+    source must be a file under `root` (not for the settings an archive embeds, read anywhere)."""
     if not schema_checked:
         # Imported here: jsonschema would be most of a command's start-up, and the commands read a
         # settings file that was checked already (load_settings).
@@ -246,7 +247,7 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
             raise ConfigError(f"config key 'kernels.{name}.parent': unknown kernel {spec['parent']!r}")
         if spec["kind"] == "ablation" and "parent" not in spec:
             raise ConfigError(f"config key 'kernels.{name}.parent': an ablation must name the kernel it varies")
-        if not (Path(root) / spec["source"]).is_file():
+        if check_sources and not (Path(root) / spec["source"]).is_file():
             raise ConfigError(f"config key 'kernels.{name}.source': no such file {spec['source']!r}")
         kernels.append(Kernel(name=name, **spec))
 

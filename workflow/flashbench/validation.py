@@ -191,6 +191,28 @@ def _kernels_consistent(meta: dict, expected) -> Problem:
     return None
 
 
+# What kernels.json states of the run beside the settings it embeds: each must be what those say
+RUN_KEYS = {"case": lambda s: s.case.as_dict(), "baseline": lambda s: s.baseline, "sweep": lambda s: s.sweep,
+            "headline": lambda s: s.headline, "head_to_head": lambda s: s.head_to_head, "cycles": lambda s: s.cycles}
+
+
+def _kernels_settings(meta: dict, expected) -> Problem:
+    """The settings kernels.json embeds read back through config.Settings, as the run read them, and
+    agree with what it states of the run (absent in archives summarized before it embedded them)."""
+    from .config import ConfigError, validate
+
+    if "settings" not in meta:
+        return None
+    try:
+        settings = validate(meta["settings"], check_sources=False)
+    except ConfigError as e:
+        return "settings", f"not settings a run could have read: {e}"
+    for key, of in RUN_KEYS.items():
+        if key in meta and meta[key] != of(settings):
+            return key, f"{meta[key]!r}, but the settings it embeds say {of(settings)!r}"
+    return None
+
+
 @dataclass(frozen=True)
 class RecordKind:
     """One kind of record: its schema is `$defs.<name>` of records.schema.yaml."""
@@ -210,7 +232,7 @@ KINDS = {
     "cycles": RecordKind(True, lambda r: r["counted"], as_configured=(_cycles_as_configured,)),
     "head_to_head": RecordKind(False, consistent=(_head_to_head_consistent,),
                                as_configured=(_head_to_head_as_configured,)),
-    "kernels": RecordKind(False, consistent=(_kernels_consistent,)),
+    "kernels": RecordKind(False, consistent=(_kernels_consistent, _kernels_settings)),
 }
 
 
