@@ -8,7 +8,7 @@ import pytest
 
 from flashbench import codegraph
 
-from conftest import ROOT, copy_checkout, snakemake, with_stub
+from conftest import ROOT, copy_checkout, snakemake, with_build, with_stub
 
 H200 = ("--config", "gpu=nvidia-h200", "gpu_arch=sm_90")
 PACKAGE = "workflow/flashbench"
@@ -26,12 +26,13 @@ def jobs(stdout: str) -> list[tuple[str, set[str], str]]:
     return found
 
 
-def test_each_rules_code_inputs_are_the_files_its_command_runs(tmp_path):
-    """Every job of a full dry run on a GPU (Nsight Compute found too) lists as code exactly the package's
-    files its `python -m flashbench <command>` runs: editing one reruns the jobs that use it, and no other."""
+def test_each_rules_code_inputs_are_the_files_its_command_runs(tmp_path, built):
+    """Every job of a full dry run on a GPU (Nsight Compute found too; every kernel built, so that the jobs
+    after the compile checkpoint show their inputs) lists as code exactly the package's files its
+    `python -m flashbench <command>` runs: editing one reruns the jobs that use it, and no other."""
     env = with_stub(tmp_path, "ncu", "exit 0")
     (tmp_path / "checkout").mkdir()
-    proc = snakemake(copy_checkout(tmp_path / "checkout"), "-n", "-p", *H200, env=env)
+    proc = snakemake(with_build(copy_checkout(tmp_path / "checkout"), built), "-n", "-p", *H200, env=env)
     assert proc.returncode == 0, proc.stderr
     commands = {}
     for rule, inputs, command in jobs(proc.stdout):

@@ -25,10 +25,11 @@ def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, set
     assert main(["check", "--settings", settings_file, "--peer", name, "--out", str(check)]) == 0
     record = json.loads(check.read_text())
     assert record == {"kernel": settings.peers[0].name, "gate": {"factor": 2.0, "tolerance": 0.005}, "passed": False,
-                      "skipped": "torch is not installed", "reason": "skipped: torch is not installed", "shapes": []}
+                      "skipped": "torch is not installed", "reason": "skipped: torch is not installed", "shapes": [],
+                      "inputs_sha256": {}}
     assert main(["bench", "--settings", settings_file, "--peer", name, "--check", str(check), "--out", str(bench)]) == 0
     assert json.loads(bench.read_text()) == {"kernel": settings.peers[0].name, "timed": False,
-                                             "reason": "skipped: torch is not installed"}
+                                             "reason": "skipped: torch is not installed", "inputs_sha256": {}}
 
 
 def test_flashattention_is_skipped_with_its_reason_where_its_package_is_missing(settings, monkeypatch):
