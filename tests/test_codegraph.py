@@ -17,8 +17,8 @@ PACKAGE = "workflow/flashbench"
 def jobs(stdout: str) -> list[tuple[str, set[str], str]]:
     """Each job of a dry run (-n -p): its rule, its inputs and its shell command."""
     found = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", stdout):
-        rule = re.match(r"(?:local)?rule (\w+):", block)
+    for block in re.split(r"\n(?=(?:local)?(?:rule|checkpoint) \w+:)", stdout):
+        rule = re.match(r"(?:local)?(?:rule|checkpoint) (\w+):", block)
         command = re.search(r"^Shell command: (.*)$", block, re.M) or re.search(r"^\s{4}(\S.*flashbench.*)$", block, re.M)
         inputs = re.search(r"^\s+input: (.*)$", block, re.M)
         if rule and command and inputs:
@@ -32,10 +32,12 @@ def test_each_rules_code_inputs_are_the_files_its_command_runs(tmp_path, built):
     `python -m flashbench <command>` runs: editing one reruns the jobs that use it, and no other."""
     env = with_stub(tmp_path, "ncu", "exit 0")
     (tmp_path / "checkout").mkdir()
-    proc = snakemake(with_build(copy_checkout(tmp_path / "checkout"), built), "-n", "-p", *H200, env=env)
-    assert proc.returncode == 0, proc.stderr
+    checkout = with_build(copy_checkout(tmp_path / "checkout"), built)
+    proc = snakemake(checkout, "-n", "-p", *H200, env=env)
+    compiles = snakemake(checkout, "-n", "-p", "-R", "compile_kernel", "compile")  # built: compiles forced
+    assert proc.returncode == 0 and compiles.returncode == 0, proc.stderr + compiles.stderr
     commands = {}
-    for rule, inputs, command in jobs(proc.stdout):
+    for rule, inputs, command in jobs(proc.stdout) + jobs(compiles.stdout):
         name = re.search(r"-m flashbench ([a-z-]+)", command)
         if not name:
             continue

@@ -56,7 +56,7 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     proc = snakemake(checkout, "-n", *H200, env=with_ncu)
     assert proc.returncode == 0, proc.stderr
     n, peers = len(settings.kernels), len(settings.peers)
-    assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "all_built": 1, "check_kernel": n,
+    assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "check_kernel": n,
                                        "bench_kernel": n, "sweep_kernel": n, "profile_kernel": n, "check_peer": peers,
                                        "bench_peer": peers, "sweep_peer": peers, "summarize": 1, "render_report": 1,
                                        "compare_gpus": 1, "report_pages": 1, "comparison_page": 1, "report": 1,
@@ -82,13 +82,21 @@ def test_a_configured_gpu_that_is_not_the_one_here_is_an_error_before_any_job(ch
     assert snakemake(checkout, "-n", "--config", "gpu=nvidia-h200", env=env).returncode == 0
 
 
-def test_every_gpu_job_waits_for_every_build(checkout, settings):
+def test_a_kernels_gpu_jobs_wait_for_its_build(checkout, settings):
+    """Compile is a checkpoint: before a kernel's build is done, each of its GPU jobs stands on that
+    build (Snakemake decides it again, by content, once the build is done); a peer's needs none."""
     proc = snakemake(checkout, "-n", "-c1", *H200)
     assert proc.returncode == 0, proc.stderr
-    jobs = re.findall(r"^rule (\w+):", proc.stdout, re.M)
-    gpu_jobs = [i for i, rule in enumerate(jobs) if rule.startswith(("check_", "bench_", "sweep_", "profile_"))]
-    compiles = [i for i, rule in enumerate(jobs) if rule == "compile_kernel"]
-    assert len(compiles) == builds(settings, 2) and gpu_jobs and max(compiles) < min(gpu_jobs)
+    assert len(re.findall(r"^checkpoint compile_kernel:", proc.stdout, re.M)) == builds(settings, 2)
+    jobs = re.findall(r"^rule (\w+):\n(?:.*\n)*?\s+reason: (.*)\n\s+wildcards: (?:\w+=\w+, )*(?:kernel|peer)=(\w+)",
+                      proc.stdout, re.M)
+    kernel_jobs = [(rule, reason, name) for rule, reason, name in jobs if rule.endswith("_kernel")]
+    assert {rule for rule, _, _ in kernel_jobs} == {"check_kernel", "bench_kernel", "sweep_kernel"}
+    for rule, reason, name in kernel_jobs:  # its own build, and no other kernel's
+        arch = "sm_90a" if settings.kernel(name).archs == ["sm_90a"] else "sm_90"
+        waits_for = set(re.findall(r"build/\w+/\w+\.\w+", reason))
+        assert waits_for and waits_for <= {f"build/{arch}/{name}.cubin", f"build/{arch}/{name}.json"}, (rule, reason)
+    assert all("build/" not in reason for rule, reason, _ in jobs if rule.endswith("_peer"))
 
 
 def test_without_ncu_the_profile_is_skipped_and_said_so(checkout, settings, with_ncu, tmp_path):
@@ -372,7 +380,7 @@ def test_an_ablation_target_reruns_that_ablation_alone(measured_checkout, ablati
     proc = snakemake(measured_checkout, "-n", target, *H200)
     assert proc.returncode == 0, proc.stderr
     profiled = {"profile_kernel": 1} if PROFILING_HERE else {}
-    assert job_counts(proc.stdout) == {"compile_kernel": 2, "all_built": 1, "check_kernel": 1, "bench_kernel": 1, "sweep_kernel": 1,
+    assert job_counts(proc.stdout) == {"compile_kernel": 2, "check_kernel": 1, "bench_kernel": 1, "sweep_kernel": 1,
                                        **profiled, "summarize": 1, "render_report": 1, target: 1}
     assert f"results/nvidia-h200/bench/{ablation}.json" in proc.stdout
 
@@ -425,11 +433,10 @@ def test_without_nvcc_a_compile_says_so_on_the_console(checkout):
 
 
 @NO_GPU
-def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--cubin", "x", "--record", "y",
-                           "--out", str(tmp_path / "o.json"), "--shapes", '[{"B": 1, "H": 1, "S": 128, "D": 128}]',
-                           "--factor", "2", "--tolerance", "0.01"],
-                          capture_output=True, text=True)
+def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path, settings_file):
+    proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--settings", settings_file, "--cubin", "x",
+                           "--record", "y", "--out", str(tmp_path / "o.json")],
+                          capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: no NVIDIA GPU found")
     assert "Traceback" not in proc.stderr and not (tmp_path / "o.json").exists()
@@ -455,7 +462,7 @@ GPU_RULES = {"check_kernel", "check_peer", "bench_kernel", "bench_peer", "sweep_
 def job_resources(stdout: str) -> dict:
     """Each rule of a dry run's jobs, with the resources its jobs print (all its jobs alike)."""
     resources = {}
-    for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", stdout, re.M | re.S):
+    for rule, body in re.findall(r"^(?:rule|checkpoint) (\w+):\n(.*?)(?=^\S|\Z)", stdout, re.M | re.S):
         printed = re.search(r"^\s+resources: (.*)$", body, re.M)[1]
         resources.setdefault(rule, []).append(dict(item.split("=", 1) for item in printed.split(", ")))
     for rule, jobs in resources.items():

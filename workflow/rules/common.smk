@@ -123,13 +123,13 @@ def build_of(name, ext):
     return f"build/{runnable_build(archs, GPU_ARCH) or archs[0]}/{name}.{ext}"
 
 
-def after_every_build():
-    """Wait for every compile (a checkpoint): until all are done this raises, and Snakemake asks again
-    once they are. So a GPU job starts after every build, never beside one, and its inputs are known by
-    content: a fresh clone's rebuilt cubins are new files, but the same bytes its records were made from."""
-    for name in KERNELS:
-        for arch in kernel_archs(name):
-            checkpoints.compile_kernel.get(arch=arch, kernel=name)
+def after_the_builds(names):
+    """Wait for the builds of kernels `names` that run here (compile is a checkpoint): until they are
+    done this raises, and Snakemake decides the job again once they are, by their content
+    (by_content): a fresh clone's rebuilt cubins are new files, but the bytes its records were made
+    from. No build runs beside a GPU job all the same: a compile holds every GPU's lock, shared."""
+    for name in names:
+        checkpoints.compile_kernel.get(arch=Path(build_of(name, "cubin")).parent.name, kernel=name)
 
 
 @functools.cache
@@ -152,12 +152,13 @@ def by_content(record, inputs):
     return {key: [mark(p) for p in value] if isinstance(value, list) else mark(value) for key, value in inputs.items()}
 
 
-def measured(stage, inputs_of):
-    """The input function of a GPU stage's rule: `inputs_of(wildcards)` after every build, by content
-    against the job's record (results/<gpu>/<stage>/<kernel, peer or point>.json)."""
+def measured(stage, inputs_of, built=lambda w: [w.kernel] if "kernel" in w.keys() else []):
+    """The input function of a GPU stage's rule: `inputs_of(wildcards)` once the builds it runs are done
+    (`built(wildcards)`: the job's kernel, if any), by content against the job's record
+    (results/<gpu>/<stage>/<kernel, peer or point>.json)."""
 
     def inputs(w):
-        after_every_build()
+        after_the_builds(built(w))
         name = w.get("kernel") or w.get("peer") or w.get("point")
         return by_content(f"results/{GPU_SLUG}/{stage}/{name}.json", inputs_of(w))
 

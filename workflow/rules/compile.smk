@@ -3,7 +3,7 @@
 # both write by appending, so neither overwrites the other).
 
 
-# A checkpoint: the jobs that run what it builds ask for every build first (after_every_build), and
+# A checkpoint: the jobs that run what it builds ask for those builds first (after_the_builds), and
 # Snakemake decides them again once the builds are done, by the builds' content (by_content).
 checkpoint compile_kernel:
     input:

@@ -15,7 +15,7 @@ if GPU_MODE and HEAD_TO_HEAD_SHAPES:
                 "cubins": CONTESTANT_CUBINS,
                 "records": [build_of(name, "json") for name in CONTESTANT_KERNELS],
                 "code": command_code("head-to-head"),
-            })),
+            }, built=lambda w: CONTESTANT_KERNELS)),
         output:
             archive_output(f"results/{GPU_SLUG}/head_to_head/{{point}}.json"),
         log:
