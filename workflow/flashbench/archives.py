@@ -9,6 +9,9 @@ from . import FlashbenchError
 from .gpu import slugify
 
 TABLES = ("summary.csv", "resources.csv", "profile.csv", "kernels.json")
+# results/<gpu>/<name>.csv of a run that had the head-to-head and cycles stages: its report's pages say
+# where a run had none
+OPTIONAL_TABLES = ("head_to_head", "cycles")
 
 
 def missing_tables(folder: Path | str) -> list[str]:
