@@ -425,11 +425,13 @@ def test_without_nvcc_a_compile_says_so_on_the_console(checkout):
 
 
 @NO_GPU
-def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--cubin", "x", "--record", "y",
-                           "--out", str(tmp_path / "o.json"), "--shapes", '[{"B": 1, "H": 1, "S": 128, "D": 128}]',
-                           "--factor", "2", "--tolerance", "0.01"],
-                          capture_output=True, text=True)
+def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path, settings_file):
+    cubin, record = tmp_path / "v11.cubin", tmp_path / "v11.json"  # a build and its record: never read
+    cubin.write_bytes(b"")
+    record.write_text("{}")
+    proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--settings", settings_file, "--cubin",
+                           str(cubin), "--record", str(record), "--out", str(tmp_path / "o.json")],
+                          cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: no NVIDIA GPU found")
     assert "Traceback" not in proc.stderr and not (tmp_path / "o.json").exists()
