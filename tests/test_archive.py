@@ -85,6 +85,36 @@ def test_a_folder_under_results_that_is_no_archive_is_skipped_saying_why(tmp_pat
     assert archives.find(tmp_path, running="nvidia-b300")[1] == skipped[1:]  # the folder being measured
 
 
+def test_a_report_folder_whose_tables_are_gone_is_vanished_but_not_the_measured_gpus(tmp_path):
+    """reports/<gpu>/ with files while results/<gpu>/ lacks a table: vanished. A first run that stopped
+    before summarize (results/<gpu>/check/ alone, no report yet) is not, nor the GPU a run measures."""
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    shutil.copytree(ARCHIVE, results / "nvidia-h200")
+    shutil.copytree(ROOT / "reports" / "nvidia-h200", reports / "nvidia-h200")
+    (reports / "README.md").write_text("the side by side")
+    (results / "nvidia-b300" / "check").mkdir(parents=True)  # a first run that stopped early
+    for folder in (".nvidia-h200.tmp", "nvidia-h200.bak"):  # a render's staging; no GPU's folder name
+        (reports / folder).mkdir()
+        (reports / folder / "report.md").write_text("a copy")
+    (reports / "nvidia-gb200").mkdir()  # empty: no report archived
+    assert archives.vanished(results, reports) == {}
+
+    (results / "nvidia-h200" / "summary.csv").unlink()
+    assert archives.vanished(results, reports) == {"nvidia-h200": ["summary.csv"]}
+    assert archives.vanished(results, reports, running="nvidia-h200") == {}  # its run summarizes it again
+    shutil.rmtree(results / "nvidia-h200")  # or the folder renamed
+    (reports / "nvidia-b300").mkdir()
+    (reports / "nvidia-b300" / "report.md").write_text("a report")
+    gone = archives.vanished(results, reports)
+    assert gone == {"nvidia-b300": list(archives.TABLES), "nvidia-h200": list(archives.TABLES)}
+    assert archives.vanished_message(gone, results, reports) == (
+        f"{reports}/nvidia-b300/ and {reports}/nvidia-h200/ are archived, but the tables they are rendered from are "
+        f"gone ({results}/nvidia-b300/ lacks summary.csv, resources.csv, profile.csv, kernels.json; "
+        f"{results}/nvidia-h200/ is not there): restore them with `git checkout {results}/nvidia-b300 "
+        f"{results}/nvidia-h200` (or `git restore {results}/nvidia-b300 {results}/nvidia-h200`), or retire a GPU by "
+        f"removing both its {results}/<gpu>/ and {reports}/<gpu>/")
+
+
 @pytest.mark.parametrize("content, message", [(None, ": cannot be read \\(No such file or directory\\)"),
                                               ('{"kernel": "v11", "pass', ": not valid JSON .*cut short")])
 def test_a_missing_or_cut_record_is_one_clear_error(tmp_path, content, message):
