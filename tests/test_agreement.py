@@ -194,6 +194,7 @@ def test_the_command_fails_in_one_line_where_they_do_not_agree_or_a_table_is_mis
     assert cli.main(["agreement", str(first), str(moved), "--cycles-within", "0.03"]) == 0  # asked for: held to it
 
     (moved / "head_to_head.csv").unlink()
+    (tmp_path / "nothing").mkdir()  # a folder without a run's tables
     for missing, name in ((moved, "head_to_head.csv"), (tmp_path / "nothing", "kernels.json")):
         assert cli.main(["agreement", str(first), str(missing)]) == 1
         err = capsys.readouterr().err.strip().splitlines()

@@ -10,6 +10,8 @@ import pytest
 from flashbench import FlashbenchError, cycles
 from flashbench.config import Shape
 
+from conftest import with_stub
+
 CASE = Shape(1, 64, 1024, 128)
 LONG = Shape(1, 64, 8192, 128)
 
@@ -124,8 +126,12 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
     monkeypatch.setattr(cycles, "count", fake_count)
     monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("v22"))
     out = tmp_path / "cycles" / "v22.json"
-    args = ["cycles", *records_settings, "--cubin", "v22.cubin", "--record", "v22.json", "--ncu", "ncu",
-            "--check", str(check), "--out", str(out)]
+    cubin, record = tmp_path / "v22.cubin", tmp_path / "v22.json"  # handed on to the driver, never read here
+    cubin.write_bytes(b"")
+    record.write_text("{}")
+    with_stub(tmp_path, "ncu", "exit 1")  # never run: count is faked
+    args = ["cycles", *records_settings, "--cubin", str(cubin), "--record", str(record), "--ncu",
+            str(tmp_path / "ncu-stub" / "ncu"), "--check", str(check), "--out", str(out)]
     assert cli.main(args) == 0
     record = json.loads(out.read_text())
     assert [p["S"] for p in record["points"]] == [1024] and record["points"][0]["cycles"] == 98600

@@ -434,9 +434,12 @@ def test_without_nvcc_a_compile_says_so_on_the_console(checkout):
 
 @NO_GPU
 def test_gpu_cli_stage_without_a_gpu_is_one_clear_line(tmp_path, settings_file):
-    proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--settings", settings_file, "--cubin", "x",
-                           "--record", "y", "--out", str(tmp_path / "o.json")],
-                          capture_output=True, text=True, cwd=ROOT)
+    cubin, record = tmp_path / "v11.cubin", tmp_path / "v11.json"  # a build and its record: never read
+    cubin.write_bytes(b"")
+    record.write_text("{}")
+    proc = subprocess.run([sys.executable, "-m", "flashbench", "check", "--settings", settings_file, "--cubin",
+                           str(cubin), "--record", str(record), "--out", str(tmp_path / "o.json")],
+                          cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: no NVIDIA GPU found")
     assert "Traceback" not in proc.stderr and not (tmp_path / "o.json").exists()
@@ -545,6 +548,46 @@ def test_a_damaged_archive_deletes_no_report(checkout, table):
     proc = snakemake(checkout, "reports/nvidia-h200/report.md")
     assert proc.returncode != 0
     assert report_files() == reports
+
+
+VANISHED = ("error: reports/nvidia-h200/ is archived, but the tables it is rendered from are gone ({}): restore "
+            "them with `git checkout results/nvidia-h200` (or `git restore results/nvidia-h200`), or retire that GPU by "
+            "removing both results/nvidia-h200/ and reports/nvidia-h200/")
+
+
+@NO_GPU
+@pytest.mark.parametrize("gone, lacks", [("summary.csv", "results/nvidia-h200/ lacks summary.csv"),
+                                         ("kernels.json", "results/nvidia-h200/ lacks kernels.json"),
+                                         ("the folder", "results/nvidia-h200/ is not there")])
+def test_a_report_folder_whose_archive_is_gone_stops_every_run_and_changes_nothing(checkout, gone, lacks):
+    """Passed over, the GPU would drop out of reports/README.md and compare.png while reports/<gpu>/
+    stayed: instead every run stops before any job (a dry run too) with one line saying how to restore the
+    tables or retire the GPU, and results/ and reports/ stay as they were."""
+    checkout = with_archive(checkout)
+    archive = checkout / "results" / "nvidia-h200"
+    if gone == "the folder":
+        archive.rename(archive.with_name("nvidia-h200.old"))
+    else:
+        (archive / gone).unlink()
+    archived = archive_files(checkout)
+    for args in (["-n"], ["report"], ["compile"]):
+        proc = snakemake(checkout, *args)
+        assert proc.returncode != 0
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
+        assert errors == [VANISHED.format(lacks)] and proc.stderr.splitlines()[-1] == errors[0], proc.stderr
+        assert "Job stats" not in proc.stdout + proc.stderr
+    assert archive_files(checkout) == archived
+    assert not (checkout / "build").exists() and not (checkout / "logs").exists()
+
+
+def test_the_gpu_a_run_measures_may_have_a_report_folder_without_its_tables(checkout):
+    """On its own GPU, a run makes the tables: summarize rewrites them from the records (the GPU's
+    first run has neither tables nor reports, and one that stopped before summarize no reports)."""
+    checkout = with_archive(checkout)
+    (checkout / "results" / "nvidia-h200" / "summary.csv").unlink()
+    proc = snakemake(checkout, "-n", *H200)
+    assert proc.returncode == 0, proc.stderr
+    assert job_counts(proc.stdout)["summarize"] == 1
 
 
 @NO_GPU

@@ -9,6 +9,7 @@ from flashbench import FlashbenchError, gpu, schemas
 from flashbench.cli import _same_as_checked, main
 
 import records
+from conftest import with_stub
 from records import edit, gather
 
 TFLOPS = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
@@ -96,7 +97,10 @@ def test_profile_refuses_a_cubin_other_than_the_checked_one(tmp_path, capsys, re
     check, record = paths["checks"][2], tmp_path / "build" / "sm_90" / "v13.json"
     edit(check, lambda r: r.update(cubin_sha256="c" * 64))
     out = tmp_path / "profile.json"
-    assert main(["profile", *records_settings, "--ncu", "ncu", "--cubin", "v13.cubin", "--record", str(record),
-                 "--check", str(check), "--out", str(out)]) == 1
+    cubin = record.with_suffix(".cubin")  # a build: never read, as ncu never runs
+    cubin.write_bytes(b"")
+    with_stub(tmp_path, "ncu", "exit 1")
+    assert main(["profile", *records_settings, "--ncu", str(tmp_path / "ncu-stub" / "ncu"), "--cubin", str(cubin),
+                 "--record", str(record), "--check", str(check), "--out", str(out)]) == 1
     assert "v13 is not what passed its check: cubin_sha256" in capsys.readouterr().err
     assert not out.exists()

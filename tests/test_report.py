@@ -166,8 +166,10 @@ def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path, records_settings
     paths = records.write(tmp_path, G3, failing="v12")
     failed_check = paths["checks"][1]
     out = tmp_path / "bench.json"
-    assert main(["bench", *records_settings, "--cubin", "none", "--record", "none", "--check", str(failed_check),
-                 "--out", str(out)]) == 0
+    record = tmp_path / "build" / "sm_90" / "v12.json"
+    record.with_suffix(".cubin").write_bytes(b"")  # its build: never read, as it is not timed
+    assert main(["bench", *records_settings, "--cubin", str(record.with_suffix(".cubin")), "--record", str(record),
+                 "--check", str(failed_check), "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["timed"] is False and record["reason"].startswith("failed its check")
     assert "timing" not in record

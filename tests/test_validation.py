@@ -166,10 +166,12 @@ def test_timing_refuses_a_check_that_passed_though_a_shape_failed(tmp_path, caps
     paths = records.write(tmp_path, TFLOPS)
     check = path_of(paths, "checks", "v12")
     edit(check, fail_a_shape)
+    record = tmp_path / "build" / "sm_90" / "v12.json"
+    record.with_suffix(".cubin").write_bytes(b"")  # its build: never read, the check refused first
     for stage in ("bench", "sweep"):
         out = tmp_path / f"{stage}.json"
-        assert main([stage, *records_settings, "--cubin", "v12.cubin", "--record", "v12.json", "--check", str(check),
-                     "--out", str(out)]) == 1
+        assert main([stage, *records_settings, "--cubin", str(record.with_suffix(".cubin")), "--record", str(record),
+                     "--check", str(check), "--out", str(out)]) == 1
         err = capsys.readouterr().err
         assert err == f"error: {check}: key 'shapes[3].passed': false (B=2 H=16 S=2048 D=128 late_max), but the " \
                       f"record says the check passed\n"

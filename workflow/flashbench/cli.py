@@ -4,20 +4,23 @@
     python -m flashbench agreement FIRST_RUN SECOND_RUN   (results/<gpu> of two runs on GPUs of one kind)
     python -m flashbench wheelhouse --python 3.12 --platform manylinux_2_28_x86_64 DIR
 
-Errors the user can act on print one line, `error: ...`, and exit 1.
+Errors the user can act on print one line, `error: ...`, and exit 1. Every path an argument names is
+checked as the command line is read, before anything runs or is written (input_file, output_folder, ...).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from . import FlashbenchError, attention
-from .config import ConfigError, Shape, conform, load_settings
+from . import FlashbenchError, archives, attention
+from .config import ConfigError, Shape, conform, load_settings, supported_archs
 from .files import digests, read_json, sha256, staged_folder, write_json, write_text
 from .validation import Expected, read_record
 
@@ -44,6 +47,9 @@ def cmd_compile(a) -> None:
     from .compile import CommandFailed, check_paths, compile_kernel
 
     kernel = a.settings.kernel(a.kernel)
+    archs = kernel.archs or supported_archs()  # its own, or any the workflow builds kernels for
+    if a.arch not in archs:
+        raise FlashbenchError(f"--arch {a.arch}: {a.kernel} is built for {', '.join(archs)}")
     check_paths(kernel.source, a.cubin, a.record)  # before nvidia-smi, or a wait for the GPUs' locks
     # Builds run beside each other but never beside a GPU job: every GPU's lock, shared.
     with gpulock.hold_shared(gpu.all_bus_ids(), f"compile {a.kernel} {a.arch}", progress=_progress):
@@ -243,6 +249,8 @@ def cmd_profile(a) -> None:
         return
     record = read_record(a.record, "compile")
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
+    if not Path(record["source"]).is_file():  # where the stalls are read against
+        raise FlashbenchError(f"{a.record}: its source {record['source']} is not there: run from the repository root")
     shape = a.settings.case
     with _gpu_held(f"profile {record['kernel']}"):
         try:
@@ -273,6 +281,9 @@ def cmd_head_to_head(a) -> None:
         raise FlashbenchError("no head-to-head in the settings (config keys 'headline' and 'head_to_head')")
     shape = settings.head_to_head_shape(a.S)
     checks, cubins = _by_name(a.checks, "--checks"), _by_name(a.cubins, "--cubins")
+    for cubin in cubins.values():
+        if not cubin.with_suffix(".json").is_file():
+            raise FlashbenchError(f"--cubins {cubin}: its compile record {cubin.with_suffix('.json')} is not beside it")
     excluded, admitted = {}, []
     for name in settings.contestants:
         if name not in checks:
@@ -422,16 +433,18 @@ def cmd_agreement(a) -> None:
 
 
 def cmd_pages(a) -> None:
+    """Every page made before any is written: a source that cannot be made a page leaves the folder as it was."""
     from .pages import absent_page, render
 
-    for source in map(Path, a.sources):
-        out = Path(a.out_dir) / f"{source.stem}.html"
-        write_text(out, render(source))
-        print(f"wrote {out} (from {source})")
-    for table in a.absent:
-        out = Path(a.out_dir) / f"{table}.html"
-        write_text(out, absent_page(table))
-        print(f"wrote {out} (the run made no {table}.csv)")
+    names = [f"{Path(source).stem}.html" for source in a.sources] + [f"{table}.html" for table in a.absent]
+    if twice := sorted({name for name in names if names.count(name) > 1}):
+        raise FlashbenchError(f"--sources and --absent make {', '.join(twice)} twice: one page would replace the other")
+    texts = [render(source) for source in a.sources] + [absent_page(table) for table in a.absent]
+    whys = [f"from {source}" for source in a.sources] + [f"the run made no {table}.csv" for table in a.absent]
+    for name, text, why in zip(names, texts, whys):
+        out = Path(a.out_dir) / name
+        write_text(out, text)
+        print(f"wrote {out} ({why})")
 
 
 def cmd_wheelhouse(a) -> None:
@@ -445,11 +458,104 @@ def cmd_wheelhouse(a) -> None:
           f"  {shlex.join(wheelhouse.install_command(a.folder, '-e', requirement))}")
 
 
+# ---- what each argument must be, checked as the command line is read (before anything runs) ----------
+# Each is an argparse type: a path given that is not of its kind is one line, `error: ...`, exit 1.
+
+def _unwritable(folder: Path) -> str | None:
+    """Why files cannot be written in `folder`, made where need be (its nearest existing folder is a
+    file, or not writable), or None."""
+    nearest = next(p for p in (folder, *folder.parents) if os.path.lexists(p))
+    if not nearest.is_dir():
+        return f"{nearest} is not a folder"
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        return f"{nearest} is not writable"
+    return None
+
+
+def _suffixes(text: str, suffixes: tuple[str, ...]) -> None:
+    if suffixes and Path(text).suffix not in suffixes:
+        raise argparse.ArgumentTypeError(f"{text}: not a {' or '.join(suffixes)} file")
+
+
+def input_file(*suffixes: str):
+    """A file the command reads: one that is there and readable, ending in one of `suffixes` (any, if none)."""
+    def existing_file(text: str) -> str:
+        path = Path(text)
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: is a folder, not a file")
+        if path.exists() and not path.is_file():
+            raise argparse.ArgumentTypeError(f"{text}: not a regular file")
+        try:
+            with path.open("rb"):
+                pass
+        except OSError as e:
+            raise argparse.ArgumentTypeError(f"{text}: cannot be read ({e.strerror})") from None
+        _suffixes(text, suffixes)
+        return text
+
+    return existing_file
+
+
+def input_folder(text: str) -> str:
+    """A folder the command reads (results/<gpu>, a project's root): one that is there."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such folder")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: not a folder")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text}: cannot be read (Permission denied)")
+    return text
+
+
+def output_file(*suffixes: str):
+    """A file the command writes (whole, beside it first): ending in one of `suffixes`, no folder, in a
+    folder that exists or can be made."""
+    def file_to_write(text: str) -> str:
+        _suffixes(text, suffixes)
+        if Path(text).is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: is a folder, not a file")
+        if why := _unwritable(Path(text).parent):
+            raise argparse.ArgumentTypeError(f"{text}: its folder cannot be made or written ({why})")
+        return text
+
+    return file_to_write
+
+
+def output_folder(text: str) -> str:
+    """A folder the command writes into: one that exists or can be made, in a folder where a staging
+    folder beside it can be made too (files.staged_folder)."""
+    folder = Path(text)
+    if why := _unwritable(folder) or _unwritable(folder.parent):
+        raise argparse.ArgumentTypeError(f"{text}: cannot be made or written ({why})")
+    return text
+
+
+def executable(text: str) -> str:
+    """A program the command runs (ncu): an executable file, or one on PATH."""
+    if shutil.which(text) is None:
+        raise argparse.ArgumentTypeError(f"{text}: not an executable (no such program on PATH, or a file that is "
+                                         "not executable)")
+    return text
+
+
+def gpu_arch(text: str) -> str:
+    """A GPU architecture the kernels are built for (config's schema)."""
+    if text not in supported_archs():
+        raise argparse.ArgumentTypeError(f"{text!r}: not a GPU architecture the kernels are built for "
+                                         f"({', '.join(supported_archs())})")
+    return text
+
+
+class BadArgument(FlashbenchError):
+    """An argument the command line refuses (argparse's message, naming the command and the argument)."""
+
+
 class Parser(argparse.ArgumentParser):
-    """A bad argument is one line, `error: ...`, and exit status 1, as every other error here."""
+    """A bad argument is one line, `error: ...`, and exit status 1, as every other error here: main says it."""
 
     def error(self, message):
-        self.exit(1, f"error: {self.prog}: {message}\n")
+        raise BadArgument(f"{self.prog}: {message}")
 
 
 def _shape(text: str) -> Shape:
@@ -470,13 +576,13 @@ def _settings_option(p) -> None:
 
 
 def _depends_on_option(p) -> None:
-    p.add_argument("--depends-on", nargs="*", default=[],
+    p.add_argument("--depends-on", nargs="*", default=[], type=input_file(),
                    help="the job's inputs: the record names each with its sha256 (the workflow's rule passes them)")
 
 
 def _implementation_options(p, peer_help: str = "a peer instead: its name in config's peers") -> None:
-    p.add_argument("--cubin", help="a kernel: its cubin")
-    p.add_argument("--record", help="a kernel: its compile record")
+    p.add_argument("--cubin", type=input_file(".cubin"), help="a kernel: its cubin")
+    p.add_argument("--record", type=input_file(".json"), help="a kernel: its compile record")
     p.add_argument("--peer", help=peer_help)
 
 
@@ -505,18 +611,19 @@ def parser() -> argparse.ArgumentParser:
         _implementation_options(s)
         s.set_defaults(run=fn)
         if name == "launch-marked":
-            s.add_argument("--identity-out", help="write what ran (cubin hash, library versions) and at which shapes here")
+            s.add_argument("--identity-out", type=output_file(".json"),
+                           help="write what ran (cubin hash, library versions) and at which shapes here")
             continue
         if name != "check":
-            s.add_argument("--check", required=True, help="its check record")
+            s.add_argument("--check", type=input_file(".json"), required=True, help="its check record")
         if name == "cycles":
-            s.add_argument("--ncu", required=True, help="the ncu executable")
-        s.add_argument("--out", required=True)
+            s.add_argument("--ncu", type=executable, required=True, help="the ncu executable")
+        s.add_argument("--out", type=output_file(".json"), required=True)
         _depends_on_option(s)
 
     s = sub.add_parser("launch-once", help="launch a kernel once on random inputs (what the profiler runs)")
-    s.add_argument("--cubin", required=True)
-    s.add_argument("--record", required=True)
+    s.add_argument("--cubin", type=input_file(".cubin"), required=True)
+    s.add_argument("--record", type=input_file(".json"), required=True)
     s.add_argument("--shape", type=_shape, required=True, help="JSON {B, H, S, D}")
     s.add_argument("--inputs", choices=attention.INPUT_KINDS, default="normal",
                    help="the kind of random input (compute-sanitizer runs the rare paths on the others)")
@@ -524,73 +631,81 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("profile", help="Nsight Compute readings of a kernel that passed its check, at the case")
     _settings_option(s)
-    s.add_argument("--ncu", required=True, help="the ncu executable")
-    s.add_argument("--cubin", required=True)
-    s.add_argument("--record", required=True)
-    s.add_argument("--check", required=True)
-    s.add_argument("--out", required=True)
+    s.add_argument("--ncu", type=executable, required=True, help="the ncu executable")
+    s.add_argument("--cubin", type=input_file(".cubin"), required=True)
+    s.add_argument("--record", type=input_file(".json"), required=True)
+    s.add_argument("--check", type=input_file(".json"), required=True)
+    s.add_argument("--out", type=output_file(".json"), required=True)
     _depends_on_option(s)
     s.set_defaults(run=cmd_profile)
 
     s = sub.add_parser("head-to-head", help="the headline versions against the rivals at one length, paired")
     _settings_option(s)
     s.add_argument("--S", type=int, required=True, help="the point's length: the case's or one of the sweep's")
-    s.add_argument("--checks", nargs="+", required=True, help="every contestant's check record (<name>.json)")
-    s.add_argument("--cubins", nargs="*", default=[],
+    s.add_argument("--checks", nargs="+", type=input_file(".json"), required=True,
+                   help="every contestant's check record (<name>.json)")
+    s.add_argument("--cubins", nargs="*", type=input_file(".cubin"), default=[],
                    help="every contestant kernel's build (<name>.cubin, its compile record beside it)")
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", type=output_file(".json"), required=True)
     _depends_on_option(s)
     s.set_defaults(run=cmd_head_to_head)
 
     s = sub.add_parser("summarize", help="gather one GPU's records into its tables and kernels.json")
     _settings_option(s)
-    s.add_argument("--checks", nargs="+", required=True)
-    s.add_argument("--benches", nargs="+", required=True)
-    s.add_argument("--compiled", nargs="+", required=True)
-    s.add_argument("--sweeps", nargs="*", default=[])
-    s.add_argument("--profiles", nargs="*", default=[], help="none: the run was not profiled (settings say why)")
-    s.add_argument("--head-to-heads", nargs="*", default=[])
-    s.add_argument("--cycles", nargs="*", default=[])
-    s.add_argument("--gpu-arch", required=True)
-    s.add_argument("--out-dir", required=True)
+    s.add_argument("--checks", nargs="+", type=input_file(".json"), required=True)
+    s.add_argument("--benches", nargs="+", type=input_file(".json"), required=True)
+    s.add_argument("--compiled", nargs="+", type=input_file(".json"), required=True)
+    s.add_argument("--sweeps", nargs="*", type=input_file(".json"), default=[])
+    s.add_argument("--profiles", nargs="*", type=input_file(".json"), default=[],
+                   help="none: the run was not profiled (settings say why)")
+    s.add_argument("--head-to-heads", nargs="*", type=input_file(".json"), default=[])
+    s.add_argument("--cycles", nargs="*", type=input_file(".json"), default=[])
+    s.add_argument("--gpu-arch", type=gpu_arch, required=True)
+    s.add_argument("--out-dir", type=output_folder, required=True)
     _depends_on_option(s)
     s.set_defaults(run=cmd_summarize)
 
     r = sub.add_parser("render", help="render one GPU's report from its results folder")
-    r.add_argument("--results", required=True)
-    r.add_argument("--reports", required=True)
-    r.add_argument("--template", required=True)
-    r.add_argument("--slug", required=True)
+    r.add_argument("--results", type=input_folder, required=True)
+    r.add_argument("--reports", type=output_folder, required=True)
+    r.add_argument("--template", type=input_file(".j2"), required=True,
+                   help="report.md's jinja2 template (hopper.md's beside it)")
+    r.add_argument("--slug", required=True, help="the GPU's folder name, such as nvidia-h200")
     _settings_option(r)  # the goal the Hopper line is judged against
     r.set_defaults(run=cmd_render)
 
     r = sub.add_parser("compare", help="every GPU's TFLOPS side by side, from their results folders")
-    r.add_argument("--results", nargs="*", default=[], help="the GPUs' results folders, in column order")
-    r.add_argument("--template", required=True)
-    r.add_argument("--table", required=True, help="the markdown table, beside each GPU's report folder")
-    r.add_argument("--figure", required=True)
+    r.add_argument("--results", nargs="*", type=input_folder, default=[],
+                   help="the GPUs' results folders, in column order")
+    r.add_argument("--template", type=input_file(".j2"), required=True)
+    r.add_argument("--table", type=output_file(".md"), required=True,
+                   help="the markdown table, beside each GPU's report folder")
+    r.add_argument("--figure", type=output_file(".png"), required=True)
     r.set_defaults(run=cmd_compare)
 
     r = sub.add_parser("agreement", help="do two runs on one GPU, or two of a kind, agree: verdicts, ratios and cycles")
-    r.add_argument("first", help="the first run's results folder (results/<gpu>)")
-    r.add_argument("second", help="the second run's")
+    r.add_argument("first", type=input_folder, help="the first run's results folder (results/<gpu>)")
+    r.add_argument("second", type=input_folder, help="the second run's")
     r.add_argument("--ratio-within", type=float, help="how far a fair paired ratio may move (default: as flashbench."
                                                       "agreement has it for one GPU or two of a kind)")
     r.add_argument("--cycles-within", type=float, help="how far a cycle count may move (default: likewise)")
     r.set_defaults(run=cmd_agreement)
 
     r = sub.add_parser("pages", help="the HTML pages of Snakemake's report: each markdown report and table as a page")
-    r.add_argument("--sources", nargs="+", required=True, help="markdown reports (their figures beside them) and CSV tables")
-    r.add_argument("--absent", nargs="+", default=[], help="tables the run did not make: a page saying so for each")
-    r.add_argument("--out-dir", required=True, help="where <name>.html goes for each <name>.md or <name>.csv")
+    r.add_argument("--sources", nargs="+", type=input_file(".md", ".csv"), required=True,
+                   help="markdown reports (their figures beside them) and CSV tables")
+    r.add_argument("--absent", nargs="+", choices=archives.OPTIONAL_TABLES, default=[],
+                   help="tables the run did not make: a page saying so for each")
+    r.add_argument("--out-dir", type=output_folder, required=True,
+                   help="where <name>.html goes for each <name>.md or <name>.csv")
     r.set_defaults(run=cmd_pages)
 
     w = sub.add_parser("wheelhouse", help="download every wheel the pipeline needs, for a host without internet")
-    w.add_argument("folder", help="where the wheels go (created if need be)")
+    w.add_argument("folder", type=output_folder, help="where the wheels go (created if need be)")
     w.add_argument("--python", required=True, help="the host's CPython version, e.g. 3.12")
     w.add_argument("--platform", required=True, help="the host's wheel platform tag, e.g. manylinux_2_28_x86_64")
     w.add_argument("--extra", action="append", default=[], help="an optional extra too (test, slurm); repeatable")
-    w.add_argument("--project", default=".", help="the repository root (default: here)")
+    w.add_argument("--project", type=input_folder, default=".", help="the repository root (default: here)")
     w.set_defaults(run=cmd_wheelhouse)
 
     return p
@@ -598,10 +713,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     p = parser()
-    args = p.parse_args(argv)
-    if args.command in ("check", "bench", "sweep", "cycles", "launch-marked") and not (args.peer or (args.cubin and args.record)):
-        p.error(f"{args.command} needs --cubin and --record (a kernel) or --peer (a PyTorch peer)")
     try:
+        args = p.parse_args(argv)  # every argument checked as it is read (input_file, output_folder, ...)
+        if args.command in ("check", "bench", "sweep", "cycles", "launch-marked") and not (args.peer or (args.cubin and args.record)):
+            p.error(f"{args.command} needs --cubin and --record (a kernel) or --peer (a PyTorch peer)")
         if hasattr(args, "settings_file"):
             args.settings = load_settings(args.settings_file)
             if getattr(args, "peer", None):

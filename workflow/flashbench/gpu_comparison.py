@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import archives
+from . import archives, templates
 from .archive_tables import read_summary
 from .figures import PUBLISHED, bars_figure
 from .files import write_text
 from .gpu import commits
 from .summary import case_rows
-from .templates import fill
 
 
 def not_timed_because(kernel: dict) -> str:
@@ -68,6 +67,7 @@ def rows(columns: list[dict]) -> list[dict]:
 def render(results_dirs: list[Path | str], template: Path | str, table: Path | str, figure: Path | str) -> Path:
     """Write the table from `template` and the figure; return the table's path."""
     table, figure = Path(table), Path(figure)
+    templates.check(template)
     columns = [column(d) for d in results_dirs]
     label_columns(columns)
     table_rows = rows(columns)
@@ -75,8 +75,8 @@ def render(results_dirs: list[Path | str], template: Path | str, table: Path | s
             for r in table_rows for c, cell in zip(columns, r["cells"]) if isinstance(cell, float)]
     bars += [{"kernel": r["name"], "TFLOPS": r["published"], "source": PUBLISHED}
              for r in table_rows if r["published"] is not None]
-    text = fill(template, columns=columns, rows=table_rows, published=PUBLISHED,
-                figure=os.path.relpath(figure, table.parent))
+    text = templates.fill(template, columns=columns, rows=table_rows, published=PUBLISHED,
+                          figure=os.path.relpath(figure, table.parent))
     bars_figure(bars, [r["name"] for r in table_rows], {r["name"]: r["kind"] for r in table_rows},
                 "Attention forward at the case, fp16: every archived GPU and the write-up's B300", figure)
     write_text(table, text)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import chapter_report, hopper_report
+from . import FlashbenchError, chapter_report, hopper_report, templates
 from .archive_tables import read_paired, read_tables
 from .config import Goal
 from .files import staged_folder
+from .gpu import slugify
 
 WRITTEN = (*chapter_report.WRITTEN, *hopper_report.WRITTEN)  # what render writes
 
@@ -17,11 +18,15 @@ WRITTEN = (*chapter_report.WRITTEN, *hopper_report.WRITTEN)  # what render write
 def render(results_dir: Path | str, report_dir: Path | str, template: Path | str, slug: str, goal: Goal) -> Path:
     """report.md from `template`, hopper.md from the Hopper line's template beside it (the line judged
     against `goal`), and their figures, into `report_dir`; returns report.md's path."""
+    hopper_template = Path(template).with_name(hopper_report.TEMPLATE)
+    for path in (template, hopper_template):
+        templates.check(path)
+    if slugify(slug) != slug:
+        raise FlashbenchError(f"slug {slug!r}: not a GPU's folder name (such as nvidia-h200)")
     tables = read_tables(results_dir)
     paired = read_paired(results_dir, tables[3])
     report_dir = Path(report_dir)
     with staged_folder(report_dir, list(WRITTEN)) as staging:
         gpu_name = chapter_report.render(*tables, template, staging, slug)
-        hopper_report.render(*tables, paired, goal, Path(template).with_name(hopper_report.TEMPLATE), staging, slug,
-                             gpu_name)
+        hopper_report.render(*tables, paired, goal, hopper_template, staging, slug, gpu_name)
     return report_dir / "report.md"

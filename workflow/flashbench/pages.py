@@ -76,15 +76,21 @@ def page(title: str, body: str) -> str:
 def markdown_page(source: Path | str) -> str:
     """A markdown report as a page of its own, its figures (files beside it) inside it."""
     source = Path(source)
-    body = markdown.markdown(source.read_text(), extensions=["tables", EmbedImages(source.parent)],
-                             output_format="html")
+    try:
+        text = source.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise FlashbenchError(f"{source}: cannot be read as a markdown report ({e})") from None
+    body = markdown.markdown(text, extensions=["tables", EmbedImages(source.parent)], output_format="html")
     return page(str(source), body)
 
 
 def table_page(source: Path | str) -> str:
     """A CSV table as an HTML table, every row and column, empty cells left empty."""
     source = Path(source)
-    table = pd.read_csv(source, keep_default_na=False, dtype=str)
+    try:
+        table = pd.read_csv(source, keep_default_na=False, dtype=str)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise FlashbenchError(f"{source}: cannot be read as a table ({e})") from None
     body = f"<h1>{html.escape(str(source))}</h1>\n" + table.to_html(index=False, border=0, escape=True)
     return page(str(source), body)
 

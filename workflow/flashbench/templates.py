@@ -5,8 +5,9 @@ import functools
 from pathlib import Path
 
 import jinja2
+import jinja2.meta
 
-from . import markdown
+from . import FlashbenchError, markdown
 
 
 @functools.cache
@@ -21,6 +22,34 @@ def _templates(folder: str) -> jinja2.Environment:
     return env
 
 
+def check(template: Path | str) -> None:
+    """Before anything is drawn: `template` is a jinja2 template file (.j2) that jinja2 reads; else one
+    FlashbenchError naming it."""
+    template = Path(template)
+    if not template.is_file():
+        raise FlashbenchError(f"template {template}: {'is a folder' if template.is_dir() else 'no such file'}")
+    if template.suffix != ".j2":
+        raise FlashbenchError(f"template {template}: not a jinja2 template (.j2) file")
+    try:
+        _templates(str(template.parent)).get_template(template.name)
+    except jinja2.TemplateSyntaxError as e:
+        raise FlashbenchError(f"template {template}: line {e.lineno}: {e.message}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise FlashbenchError(f"template {template}: cannot be read ({e})") from None
+
+
 def fill(template: Path | str, **context) -> str:
-    """A jinja2 template filled in; a name the template uses but is not given is an error."""
-    return _templates(str(Path(template).parent)).get_template(Path(template).name).render(**context)
+    """A jinja2 template filled in. A name the template uses but is not given is an error: one its
+    top level uses (another report's template given) a FlashbenchError naming them, any other (a
+    value without a key the template reads) jinja2's own."""
+    env, name = _templates(str(Path(template).parent)), Path(template).name
+    try:
+        return env.get_template(name).render(**context)
+    except jinja2.UndefinedError:
+        used = jinja2.meta.find_undeclared_variables(env.parse(env.loader.get_source(env, name)[0]))
+        missing = sorted(used - set(context) - set(env.globals))
+        if missing:
+            names = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+            raise FlashbenchError(f"template {template} uses {names}, which this report does not have: is it "
+                                  "another report's template?") from None
+        raise

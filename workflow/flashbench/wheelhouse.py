@@ -51,16 +51,24 @@ class Project:
 def read_project(root: Path | str) -> Project:
     """The project in `root`, from its pyproject.toml."""
     root = Path(root)
+    pyproject = root / "pyproject.toml"
     try:
-        meta = tomllib.loads((root / "pyproject.toml").read_text())
+        meta = tomllib.loads(pyproject.read_text())
     except FileNotFoundError:
-        raise FlashbenchError(f"{root / 'pyproject.toml'} not found: run from the repository root "
+        raise FlashbenchError(f"{pyproject} not found: run from the repository root "
                               "or give it with --project") from None
-    project, setuptools = meta["project"], meta["tool"]["setuptools"]
-    package_root = Path(setuptools.get("package-dir", {}).get("", "."))
-    return Project(root, project["name"], project["version"], project["requires-python"],
-                   meta["build-system"]["requires"], sorted(project.get("optional-dependencies", {})),
-                   [package_root / name.replace(".", "/") for name in setuptools["packages"]])
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise FlashbenchError(f"{pyproject}: cannot be read as TOML ({e})") from None
+    try:
+        project, setuptools = meta["project"], meta["tool"]["setuptools"]
+        package_root = Path(setuptools.get("package-dir", {}).get("", "."))
+        return Project(root, project["name"], project["version"], project["requires-python"],
+                       meta["build-system"]["requires"], sorted(project.get("optional-dependencies", {})),
+                       [package_root / name.replace(".", "/") for name in setuptools["packages"]])
+    except KeyError as e:
+        raise FlashbenchError(f"{pyproject} has no {e.args[0]!r}: not this project's (a setuptools project with "
+                              "a name, version, requires-python, build requirements and packages); give the "
+                              "repository root with --project") from None
 
 
 def copy_wheel_sources(project: Project, dest: Path) -> Path:

@@ -226,6 +226,14 @@ def run_records(stage, names=RUNS):
     return expand(f"results/{GPU_SLUG}/{stage}/{{name}}.json", name=names)
 
 
+# A GPU's report folder whose tables are gone from results/ (deleted, the folder renamed) stops every run,
+# a dry run too, before any job: passed over, that GPU would drop out of reports/README.md while its
+# reports stayed. The GPU this run measures is not asked: its run makes its tables.
+VANISHED = fb_archives.vanished("results", "reports", running=GPU_SLUG)
+if VANISHED:
+    print(f"error: {fb_archives.vanished_message(VANISHED)}", file=sys.stderr)
+    raise SystemExit(1)
+
 # The GPUs archived under results/; any other folder there is passed over, with one line saying so
 ARCHIVED, NOT_ARCHIVES = fb_archives.find("results", running=GPU_SLUG)
 for line in NOT_ARCHIVES:
