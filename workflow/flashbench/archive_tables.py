@@ -10,7 +10,7 @@ import pandas as pd
 
 from . import archives
 from .summary import PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS
-from .validation import BadRecord, read_record, read_table, summary_problem
+from .validation import BadRecord, cycles_problem, head_to_head_problem, read_record, read_table, summary_problem
 
 
 def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
@@ -19,12 +19,17 @@ def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
     results_dir = Path(results_dir)
     summary = read_table(results_dir / "summary.csv", SUMMARY_COLUMNS)
     meta = read_record(results_dir / "kernels.json", "kernels")
-    if problem := summary_problem(summary, meta):
-        raise BadRecord(f"{results_dir / 'summary.csv'}: {problem}; run summarize on that GPU again")
+    _refuse(results_dir / "summary.csv", summary_problem(summary, meta))
     for k in meta["kernels"]:  # an archive summarized before a file's choices were a list of paragraphs
         if isinstance(k.get("choices"), str):
             k["choices"] = [k["choices"]]
     return summary, meta
+
+
+def _refuse(path: Path, problem: str | None) -> None:
+    """BadRecord, one line naming the table and its problem (validation's), where it has one."""
+    if problem:
+        raise BadRecord(f"{path}: {problem}; run summarize on that GPU again")
 
 
 def read_tables(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
@@ -37,14 +42,24 @@ def read_tables(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd
     return summary, resources, profile, meta
 
 
-def read_paired(results_dir: Path | str, meta: dict) -> dict:
+def read_paired(results_dir: Path | str, meta: dict, summary: pd.DataFrame | None = None) -> dict:
     """head_to_head.csv and cycles.csv, where the run that wrote kernels.json made them (a table left
-    by an earlier run is not this run's: its report says the run had no such stage)."""
+    by an earlier run is not this run's: its report says the run had no such stage), each checked
+    against kernels.json and summary.csv (read here where not given: the lengths the sweep found no
+    kernel at are those the head-to-head and the counts pass over)."""
     from .cycles import COLUMNS as CYCLES_COLUMNS
     from .headtohead import COLUMNS as HEAD_TO_HEAD_COLUMNS
 
-    return {name: read_table(Path(results_dir) / f"{name}.csv", columns) if meta.get(name) else None
-            for name, columns in (("head_to_head", HEAD_TO_HEAD_COLUMNS), ("cycles", CYCLES_COLUMNS))}
+    results_dir = Path(results_dir)
+    if summary is None and (meta.get("head_to_head") or meta.get("cycles")):
+        summary = read_table(results_dir / "summary.csv", SUMMARY_COLUMNS)
+    tables = {}
+    for name, columns, problem in (("head_to_head", HEAD_TO_HEAD_COLUMNS, head_to_head_problem),
+                                   ("cycles", CYCLES_COLUMNS, cycles_problem)):
+        tables[name] = read_table(results_dir / f"{name}.csv", columns) if meta.get(name) else None
+        if tables[name] is not None:
+            _refuse(results_dir / f"{name}.csv", problem(tables[name], meta, summary))
+    return tables
 
 
 def nan_as_none(value):
