@@ -1,7 +1,7 @@
 """Every table a report is rendered from is checked against itself and kernels.json as it is read, as
-summary.csv is: an edited, cut or damaged head_to_head.csv or cycles.csv is one line naming the file,
-the CSV line (the header is line 1) and what is wrong, and nothing is rendered from it. The archived
-tables pass as they are."""
+summary.csv is: an edited, cut or damaged head_to_head.csv, cycles.csv, resources.csv or profile.csv
+is one line naming the file, the CSV line (the header is line 1) and what is wrong, and nothing is
+rendered from it. The archived tables pass as they are."""
 import csv
 import io
 import shutil
@@ -10,6 +10,7 @@ import pytest
 
 from flashbench import archive_tables, archives
 from flashbench.cli import main
+from flashbench.files import read_json, write_json
 from flashbench.validation import BadRecord
 
 from conftest import ROOT
@@ -75,7 +76,10 @@ def refused(out, archived, table: str, message: str) -> None:
     and `message`."""
     summary, meta = archived
     with pytest.raises(BadRecord) as raised:
-        archive_tables.read_paired(out, meta, summary)
+        if table in ("resources.csv", "profile.csv"):
+            archive_tables.read_tables(out)
+        else:
+            archive_tables.read_paired(out, meta, summary)
     said = str(raised.value)
     assert "\n" not in said and said.startswith(f"{out / table}: {message}"), said
     assert said.endswith("; run summarize on that GPU again"), said
@@ -85,8 +89,10 @@ def refused(out, archived, table: str, message: str) -> None:
 
 def test_the_archived_tables_pass_as_they_are(archived):
     summary, meta = archived
+    tables = archive_tables.read_tables(ARCHIVE)
     paired = archive_tables.read_paired(ARCHIVE, meta, summary)
-    assert len(paired["head_to_head"]) == 84 and len(paired["cycles"]) == 47
+    assert len(tables[1]) == 21 and len(tables[2]) == 16 and len(paired["head_to_head"]) == 84
+    assert len(paired["cycles"]) == 47
 
 
 # ---- head_to_head.csv --------------------------------------------------------------------------------
@@ -196,6 +202,110 @@ def test_a_contestants_dropped_count_at_one_length_is_refused(copy, archived):
     refused(copy, archived, "cycles.csv", f"line {line}: no row for sdpa_cudnn at S=4096")
 
 
+# ---- resources.csv -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: set_cells(p, 2, registers=-1), "line 2 (v11 for sm_103): registers -1 is not a whole number in [1, 255]"),
+    (lambda p: set_cells(p, 2, registers=""), "line 2 (v11 for sm_103): no registers"),
+    (lambda p: set_cells(p, 2, registers=256), "line 2 (v11 for sm_103): registers 256 is not a whole number in [1, 255]"),
+    (lambda p: drop(p, 9), "line 9: no row for br128 for sm_90, which kernels.json's run builds it for"),
+    (lambda p: drop(p, 8, 9), "line 8: no row for br128 for sm_103"),
+    (lambda p: drop(p, *range(2, 23)), "line 2: no row for v11 for sm_90"),  # the GPU's own: the run built for it
+    (lambda p: duplicate(p, 12), "line 23 (v14 for sm_90a): a second row for it (the first is line 12)"),
+    (lambda p: set_cells(p, 12, arch="sm_90"), "line 12 (v14 for sm_90): v14 is built for sm_90a"),
+    (lambda p: set_cells(p, 13, dynamic_smem_bytes=240000, smem_bytes=240000),
+     "line 13 (v15 for sm_90a): dynamic_smem_bytes 240000 is not a whole number in [0, 232448]"),
+    (lambda p: set_cells(p, 2, smem_bytes=37000), "line 2 (v11 for sm_103): smem_bytes 37000 is not static_smem_bytes "
+                                                  "37760 + dynamic_smem_bytes 0"),
+    (lambda p: set_cells(p, 2, blocks_per_sm=8), "line 2 (v11 for sm_103): 8 blocks per SM limited by registers, but 128 "
+                                                 "threads, 126 registers and 37760 bytes of shared memory allow 4 on "
+                                                 "sm_103, limited by registers"),
+    (lambda p: set_cells(p, 2, threads=2048), "line 2 (v11 for sm_103): threads 2048 is not a whole number in [1, 1024]"),
+    (lambda p: set_cells(p, 2, spill_store_bytes=-4), "line 2 (v11 for sm_103): spill_store_bytes -4 is not a whole"),
+    (lambda p: set_cells(p, 2, kernel="sdpa_auto"), "line 2 (sdpa_auto for sm_103): sdpa_auto is a peer"),
+], ids=["registers-negative", "registers-empty", "registers-256", "dropped-row-br128", "dropped-kernel", "header-only",
+        "duplicated-row", "unbuilt-arch", "smem-above-a-block", "smem-parts", "blocks-per-sm", "threads", "spills", "peer"])
+def test_damaged_resources_are_refused(copy, archived, damage, message):
+    damage(copy / "resources.csv")
+    refused(copy, archived, "resources.csv", message)
+
+
+def test_with_its_settings_kernels_json_says_which_archs_the_run_built_for(copy):
+    """An archive whose kernels.json embeds its settings: their archs, and the GPU's own, are those of
+    every kernel without archs of its own."""
+    from flashbench import config
+
+    meta = read_json(copy / "kernels.json")
+    write_json(copy / "kernels.json", {**meta, "settings": config.read(ROOT / "config.yaml")})
+    resources = copy / "resources.csv"
+    archive_tables.read_tables(copy)
+    write_lines(resources, lines(resources)[:1])
+    with pytest.raises(BadRecord, match="resources.csv: line 2: no row for v11 for sm_103, which kernels.json's run "
+                                        "builds it for"):
+        archive_tables.read_tables(copy)
+
+
+@pytest.mark.parametrize("line", [2, 13], ids=["v11-for-sm_103", "v15-for-sm_90a"])
+def test_a_block_may_have_227_kib_of_shared_memory_on_hopper_and_sm_103(archived, line):
+    """The most shared memory a block may opt in to (occupancy's limits, those of sm_90, sm_90a, sm_100
+    and sm_103): up to it a row passes, a byte over is refused."""
+    import pandas as pd
+
+    from flashbench.occupancy import blocks_per_sm
+    from flashbench.validation import resources_problem
+
+    _, meta = archived
+    resources = pd.read_csv(ARCHIVE / "resources.csv")
+    row = line - 2
+    for smem, problem in ((232448, None), (232449, f"line {line} ")):
+        arch, threads, registers = resources.loc[row, ["arch", "threads", "registers"]]
+        allowed = blocks_per_sm(arch, int(threads), int(registers), smem)
+        resources.loc[row, ["static_smem_bytes", "dynamic_smem_bytes", "smem_bytes", "blocks_per_sm", "limited_by"]] = [
+            0, smem, smem, max(allowed["blocks_per_sm"], 1), " + ".join(allowed["limited_by"])]
+        said = resources_problem(resources, meta)
+        assert (said is None) if problem is None else said.startswith(
+            f"{problem}({resources.kernel[row]} for {arch}): dynamic_smem_bytes 232449 is not a whole number in "
+            "[0, 232448]"), said
+
+
+def test_no_block_fitting_an_sm_is_refused_only_in_a_build_that_ran(archived):
+    """A build whose registers and threads leave no block room on an SM cannot launch: the kernel fails
+    its check, and its row may stay; the one that passed its check on this GPU ran, so it fitted."""
+    import pandas as pd
+
+    from flashbench.validation import resources_problem
+
+    _, meta = archived
+    resources = pd.read_csv(ARCHIVE / "resources.csv")
+    resources.loc[1, ["registers", "threads", "blocks_per_sm", "limited_by"]] = [255, 1024, 0, "registers"]  # v11, sm_90
+    assert resources_problem(resources, meta) == (
+        "line 3 (v11 for sm_90): no block fits an SM (limited by registers), but kernels.json says v11 passed its "
+        "check on sm_90")
+    failed = {**meta, "kernels": [{**k, "check_passed": False} if k["name"] == "v11" else k for k in meta["kernels"]]}
+    assert resources_problem(resources, failed) is None
+
+
+# ---- profile.csv -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: drop(p, *range(2, 18)), "line 2: no row for v11, which kernels.json says was profiled: cut short"),
+    (lambda p: drop(p, 5), "line 5: no row for br128, which kernels.json says was profiled"),
+    (lambda p: duplicate(p, 2), "line 18 (v11): a second row for it (the first is line 2)"),
+    (lambda p: set_cells(p, 2, registers=126), "line 2 (v11): registers 126, but its build for sm_90 has 123"),
+    (lambda p: set_cells(p, 2, achieved_occupancy_pct=123.9), "line 2 (v11): achieved_occupancy_pct 123.9 is not a "
+                                                              "number in [0, 100]"),
+    (lambda p: set_cells(p, 2, stall_barrier=-0.46), "line 2 (v11): stall_barrier -0.46 is not a number in [0, inf)"),
+    (lambda p: set_cells(p, 2, softmax_share=0.9), "line 2 (v11): softmax_share 0.9, but kernels.json says 0.56"),
+    (lambda p: set_cells(p, 2, softmax_in_top_lines=4), "line 2 (v11): softmax_in_top_lines 4, but kernels.json's top "
+                                                        "stall lines have 2"),
+    (lambda p: set_cells(p, 2, kernel="sdpa_auto"), "line 2 (sdpa_auto): kernels.json says sdpa_auto was not profiled"),
+], ids=["header-only", "dropped-row", "duplicated-row", "registers", "occupancy", "stall", "softmax-share",
+        "softmax-lines", "unprofiled"])
+def test_a_damaged_profile_is_refused(copy, archived, damage, message):
+    damage(copy / "profile.csv")
+    refused(copy, archived, "profile.csv", message)
+
+
 # ---- the render command ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("table, damage, message", [
@@ -204,7 +314,10 @@ def test_a_contestants_dropped_count_at_one_length_is_refused(copy, archived):
                                                                  "not one of v24's rivals"),
     ("head_to_head.csv", lambda p: drop(p, *range(2, 86)), "line 2: no row for v24 against v23 by step at the case"),
     ("cycles.csv", lambda p: set_cells(p, 2, cycles=-439700), "line 2 (v11 at the case): cycles -439700.0 is not a positive"),
-], ids=["verdicts", "unknown-rival", "head-to-head-header-only", "negative-cycles"])
+    ("resources.csv", lambda p: drop(p, 9), "line 9: no row for br128 for sm_90"),
+    ("profile.csv", lambda p: drop(p, *range(2, 18)), "line 2: no row for v11, which kernels.json says was profiled"),
+], ids=["verdicts", "unknown-rival", "head-to-head-header-only", "negative-cycles", "dropped-resources-row",
+        "profile-header-only"])
 def test_render_refuses_a_damaged_table_in_one_line_and_writes_nothing(copy, tmp_path, capsys, settings_file, table,
                                                                        damage, message):
     damage(copy / table)

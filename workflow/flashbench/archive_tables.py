@@ -10,7 +10,8 @@ import pandas as pd
 
 from . import archives
 from .summary import PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS
-from .validation import BadRecord, cycles_problem, head_to_head_problem, read_record, read_table, summary_problem
+from .validation import (BadRecord, cycles_problem, head_to_head_problem, profile_problem, read_record, read_table,
+                         resources_problem, summary_problem)
 
 
 def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
@@ -33,12 +34,15 @@ def _refuse(path: Path, problem: str | None) -> None:
 
 
 def read_tables(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
-    """summary.csv, resources.csv, profile.csv and kernels.json, each checked."""
+    """summary.csv, resources.csv, profile.csv and kernels.json, each checked, and checked against
+    kernels.json (validation)."""
     results_dir = Path(results_dir)
     archives.require_tables(results_dir)
     summary, meta = read_summary(results_dir)
     resources = read_table(results_dir / "resources.csv", RESOURCE_COLUMNS)
+    _refuse(results_dir / "resources.csv", resources_problem(resources, meta))
     profile = read_table(results_dir / "profile.csv", PROFILE_COLUMNS)
+    _refuse(results_dir / "profile.csv", profile_problem(profile, meta, resources))
     return summary, resources, profile, meta
 
 

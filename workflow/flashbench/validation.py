@@ -363,13 +363,17 @@ def summary_problem(summary, meta: dict) -> str | None:
 
 
 
-# ---- head_to_head.csv and cycles.csv, each read back beside kernels.json -------------------------------
+# ---- resources.csv, profile.csv, head_to_head.csv and cycles.csv, each read back beside kernels.json ----
 #
 # Like summary.csv, each is checked row by row (every figure a number in its range, agreeing with those
 # it is worked out from) and as a whole against what kernels.json says was run: no row of something
 # that was not run, none twice, none missing (a table cut to its header included). A problem is
 # `line <n> (<the row>): <what is wrong>`, n the CSV line (the header is line 1); a missing row is named
 # by the line it would be at.
+
+REGISTERS = (1, 255)  # per thread: what ptxas may give a thread
+THREADS_PER_BLOCK = 1024
+
 
 class _Refused(Exception):
     """What is wrong with a row (raised by the readers of its cells, said with the row's line)."""
@@ -630,3 +634,125 @@ def cycles_problem(table, meta: dict, summary=None) -> str | None:
              for j, shape in enumerate(shapes_of[name]) if _runs_at(entries[name], shape, refusals)]
     return _missing(order, seen, lambda k: f"{names[k[0]]} at {_where(shapes_of[names[k[0]]][k[1]], case)}, "
                                            "where kernels.json says it was counted (it passed its check)")
+
+
+def _built_for(meta: dict, table) -> dict[str, list[str]]:
+    """Each kernel's build archs: its own (config's `archs`), else the run's, the GPU's own among them
+    (common.smk's ARCHS): the settings' archs where kernels.json embeds them, else those the kernels
+    without archs of their own were built for."""
+    kernels = [k for k in meta["kernels"] if k["kind"] != "peer"]
+    own = {k["name"]: list(k["archs"]) for k in kernels if k.get("archs")}
+    if "settings" in meta:
+        run = list(meta["settings"]["archs"])
+    else:
+        names = {k["name"] for k in kernels} - set(own)
+        run = list(dict.fromkeys(a for k, a in zip(table.kernel, table.arch) if k in names and isinstance(a, str)))
+    run += [meta["gpu_arch"]] if meta["gpu_arch"] not in run else []
+    return {k["name"]: own.get(k["name"], run) for k in kernels}
+
+
+def resources_problem(table, meta: dict) -> str | None:
+    """What is wrong with resources.csv read back beside kernels.json (`meta`), or None. A row: a
+    kernel of kernels.json at an arch it is built for; registers 1..255 a thread, spills, stack and
+    shared memory whole and not below 0, the shared memory its static and dynamic parts together
+    and within what a block may have on that arch, threads 1..1024 a block, and the blocks per SM
+    and what limits them what the registers, shared memory and threads allow (occupancy): none
+    only in a build that never ran (one that cannot launch fails its check). And one row, no more,
+    for each kernel and arch it is built for."""
+    from . import occupancy
+    from .compile import runnable_build
+
+    built_for = _built_for(meta, table)
+    names, seen = list(built_for), {}
+    for line, row in _rows(table):
+        where = f"line {line}"
+        try:
+            name, arch = _text(row, "kernel"), _text(row, "arch")
+            where += f" ({name} for {arch})"
+            entry = _known(meta, name)
+            if entry["kind"] == "peer":
+                raise _Refused(f"{name} is a peer: nothing of it is compiled")
+            if arch not in built_for[name]:
+                raise _Refused(f"{name} is built for {', '.join(built_for[name])}")
+            limits = occupancy.LIMITS.get(arch.removesuffix("a"))
+            if limits is None:
+                raise _Refused(f"{arch} is an architecture without known limits ({', '.join(occupancy.LIMITS)})")
+            _once(seen, (names.index(name), built_for[name].index(arch)), line)
+            registers = _within(row, "registers", *REGISTERS, whole=True)
+            for column in ("spill_store_bytes", "spill_load_bytes", "stack_frame_bytes"):
+                _within(row, column, 0, whole=True)
+            static, dynamic, smem = (_within(row, c, 0, limits.smem_per_block_max, whole=True)
+                                     for c in ("static_smem_bytes", "dynamic_smem_bytes", "smem_bytes"))
+            if smem != static + dynamic:
+                raise _Refused(f"smem_bytes {smem} is not static_smem_bytes {static} + dynamic_smem_bytes {dynamic}")
+            threads = _within(row, "threads", 1, min(THREADS_PER_BLOCK, limits.max_threads), whole=True)
+            _within(row, "block_rows", 1, whole=True)
+            blocks = _within(row, "blocks_per_sm", 0, limits.max_blocks, whole=True)
+            allowed = occupancy.blocks_per_sm(arch, threads, registers, smem)
+            limited_by = " + ".join(allowed["limited_by"])
+            if (blocks, row["limited_by"]) != (allowed["blocks_per_sm"], limited_by):
+                raise _Refused(f"{blocks} blocks per SM limited by {row['limited_by']}, but {threads} threads, {registers} "
+                               f"registers and {smem} bytes of shared memory allow {allowed['blocks_per_sm']} on {arch}, "
+                               f"limited by {limited_by}")
+            if blocks == 0 and entry.get("check_passed") and arch == runnable_build(built_for[name], meta["gpu_arch"]):
+                raise _Refused(f"no block fits an SM (limited by {limited_by}), but kernels.json says {name} passed its "
+                               f"check on {meta['gpu_arch']}")  # a build that cannot launch may fail its check
+            sha = _text(row, "cubin_sha256")
+            if len(sha) != 64 or set(sha) - set("0123456789abcdef"):
+                raise _Refused(f"cubin_sha256 {sha!r} is not a sha256")
+        except _Refused as e:
+            return f"{where}: {e}"
+    order = [(i, j) for i, name in enumerate(names) for j in range(len(built_for[name]))]
+    return _missing(order, seen, lambda k: f"{names[k[0]]} for {built_for[names[k[0]]][k[1]]}, which kernels.json's "
+                                           "run builds it for")
+
+
+def profile_problem(table, meta: dict, resources) -> str | None:
+    """What is wrong with profile.csv read back beside kernels.json (`meta`) and resources.csv, or
+    None. A row: a kernel kernels.json says was profiled; its duration positive, its registers
+    1..255 and those of the build it ran (resources.csv), percentages 0..100, counts and stall
+    cycles not below 0, and the softmax's share and place among the top stall lines what kernels.json
+    says (an empty cell: a metric ncu did not give). And one row, no more, for each profiled kernel."""
+    from .compile import runnable_build
+    from .profile import METRICS, STALLS, TOP_LINES
+
+    profiled = [k["name"] for k in meta["kernels"] if (k.get("profile") or {}).get("profiled")]
+    seen = {}
+    for line, row in _rows(table):
+        where = f"line {line}"
+        try:
+            name = _text(row, "kernel")
+            where += f" ({name})"
+            profile = _known(meta, name).get("profile") or {}
+            if not profile.get("profiled"):
+                raise _Refused(f"kernels.json says {name} was not profiled"
+                               + (f" ({profile['reason']})" if profile.get("reason") else ""))
+            _once(seen, profiled.index(name), line)
+            for metric in METRICS:
+                if metric == "duration_us":
+                    _positive(row, metric, may_be_empty=True)
+                elif metric == "registers":
+                    registers = _within(row, metric, *REGISTERS, whole=True, may_be_empty=True)
+                    mine = resources[resources.kernel == name]
+                    arch = runnable_build(list(mine.arch), meta["gpu_arch"])
+                    built = [int(r) for r in mine[mine.arch == arch].registers]
+                    if registers is not None and built and registers != built[0]:
+                        raise _Refused(f"registers {registers}, but its build for {arch} has {built[0]} (resources.csv)")
+                else:
+                    _within(row, metric, 0, 100 if metric.endswith("_pct") else None, may_be_empty=True)
+            for stall in STALLS:
+                _within(row, f"stall_{stall}", 0, may_be_empty=True)
+            share = _within(row, "softmax_share", 0, 1, may_be_empty=True)
+            if (share is None) != (profile.get("softmax_share") is None) or (
+                    share is not None and not math.isclose(share, profile["softmax_share"], rel_tol=AGREEMENT)):
+                raise _Refused(f"softmax_share {row['softmax_share']}, but kernels.json says {profile.get('softmax_share')}")
+            in_top = _within(row, "softmax_in_top_lines", 0, TOP_LINES, whole=True, may_be_empty=True)
+            top = profile.get("top_lines")
+            said = None if top is None else sum(t["softmax"] for t in top)
+            if "top_lines" in profile and in_top != said:
+                raise _Refused(f"softmax_in_top_lines {row['softmax_in_top_lines']}, but kernels.json's top stall "
+                               f"lines have {said}")
+        except _Refused as e:
+            return f"{where}: {e}"
+    return _missing(list(range(len(profiled))), seen,
+                    lambda k: f"{profiled[k]}, which kernels.json says was profiled")
