@@ -103,8 +103,8 @@ FIRST_INTERVAL = "[1.0132262947159236, 1.04511820531119]"
 
 @pytest.mark.parametrize("damage, message", [
     (lambda p: set_cells(p, None, verdict="behind"),
-     f"line 2 ({FIRST}): verdict 'behind', but its interval {FIRST_INTERVAL} and the band (level_within 0.01) "
-     "give 'ahead'"),
+     (f"line 2 ({FIRST}): verdict 'behind', but its interval {FIRST_INTERVAL} and the band (level_within 0.01) "
+     "give 'ahead'")),
     (lambda p: set_cells(p, 2, ratio="inf"), f"line 2 ({FIRST}): ratio inf is not a positive finite number"),
     (lambda p: set_cells(p, 2, ratio=""), f"line 2 ({FIRST}): no ratio"),
     (lambda p: set_cells(p, 2, ratio="nan"), f"line 2 ({FIRST}): no ratio"),
@@ -112,20 +112,21 @@ FIRST_INTERVAL = "[1.0132262947159236, 1.04511820531119]"
      f"line 2 ({FIRST}): ratio -1.14 is not a positive finite number"),
     (lambda p: set_cells(p, 2, ratio="abc"), f"line 2 ({FIRST}): ratio 'abc' is not a number"),
     (lambda p: set_cells(p, 2, ratio=1.2), f"line 2 ({FIRST}): ratio 1.2 is outside its interval {FIRST_INTERVAL}"),
-    (lambda p: set_cells(p, 2, ci_low=1.03), f"line 2 ({FIRST}): ratio 1.0271879052847004 is outside its interval "
-                                            "[1.03, 1.04511820531119]"),
-    (lambda p: drop(p, 5), "line 5: no row for v24 against sdpa_cudnn by graph at the case, where kernels.json says "
-                           "both were run: cut short or edited"),
+    (lambda p: set_cells(p, 2, ci_low=1.03), (f"line 2 ({FIRST}): ratio 1.0271879052847004 is outside its interval "
+                                            "[1.03, 1.04511820531119]")),
+    (lambda p: drop(p, 5), ("line 5: no row for v24 against sdpa_cudnn by graph at the case, where kernels.json says "
+                           "both were run: cut short or edited")),
     (lambda p: drop(p, 85), "line 85: no row for v23 against flash_attn_cute by graph at S=16384"),
     (lambda p: drop(p, *range(2, 86)), "line 2: no row for v24 against v23 by step at the case"),
-    (lambda p: set_cells(p, 3, rival="fa3"), "line 3 (v24 against fa3 by graph at the case): fa3 is not one of v24's "
-                                             "rivals in kernels.json (v23, sdpa_cudnn, sdpa_auto, flash_attn_cute)"),
-    (lambda p: set_cells(p, 16, version="v22"), "line 16 (v22 against v23 by step at S=512): v22 is not one of "
-                                                "kernels.json's headline versions (v24, v23)"),
+    (lambda p: set_cells(p, 3, rival="fa3"), ("line 3 (v24 against fa3 by graph at the case): fa3 is not one of v24's "
+                                             "rivals in kernels.json (v23, sdpa_cudnn, sdpa_auto, flash_attn_cute)")),
+    (lambda p: set_cells(p, 16, version="v22"), ("line 16 (v22 against v23 by step at S=512): v22 is not one of "
+                                                "kernels.json's headline versions (v24, v23)")),
     (lambda p: duplicate(p, 2), f"line 86 ({FIRST}): a second row for it (the first is line 2)"),
-    (lambda p: set_cells(p, 2, S=3072), "line 2 (v24 against v23 by step at S=3072): B=1 H=64 S=3072 D=128 is not a "
-                                        "point of the head-to-head"),
-    (lambda p: set_cells(p, 2, is_case=False), f"line 2 ({FIRST}): is_case False, but B=1 H=64 S=1024 D=128 is the case"),
+    (lambda p: set_cells(p, 2, S=3072), ("line 2 (v24 against v23 by step at S=3072): B=1 H=64 S=3072 D=128 is not a "
+                                        "point of the head-to-head")),
+    (lambda p: set_cells(p, 2, is_case=False),
+     f"line 2 ({FIRST}): is_case False, but B=1 H=64 S=1024 D=128 is the case"),
     (lambda p: set_cells(p, 3, fair=False), "line 3 (v24 against v23 by graph at the case): fair False by graph"),
     (lambda p: set_cells(p, 2, rounds=19), f"line 2 ({FIRST}): rounds 19, but the head-to-head ran 20"),
     (lambda p: set_cells(p, 2, rival_tflops=-282.7), f"line 2 ({FIRST}): rival_tflops -282.7 is not a positive finite"),
@@ -140,7 +141,8 @@ def test_a_damaged_head_to_head_is_refused(copy, archived, damage, message):
 
 def test_a_contestant_kernels_json_says_failed_its_check_has_no_head_to_head(copy, archived):
     summary, meta = archived
-    meta = {**meta, "kernels": [{**k, "check_passed": False} if k["name"] == "sdpa_auto" else k for k in meta["kernels"]]}
+    meta = {**meta, "kernels": [{**k, "check_passed": False} if k["name"] == "sdpa_auto" else k
+                                for k in meta["kernels"]]}
     with pytest.raises(BadRecord, match=r"line 6 \(v24 against sdpa_auto by step at the case\): kernels.json says "
                                         "sdpa_auto did not pass its check: it is never in the head-to-head"):
         archive_tables.read_paired(copy, meta, summary)
@@ -172,24 +174,28 @@ def test_a_contestant_the_sweep_found_no_kernel_for_at_a_length_has_no_rows_ther
 # ---- cycles.csv --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda p: set_cells(p, 2, cycles=-439700), "line 2 (v11 at the case): cycles -439700.0 is not a positive finite number"),
+    (lambda p: set_cells(p, 2, cycles=-439700),
+     "line 2 (v11 at the case): cycles -439700.0 is not a positive finite number"),
     (lambda p: set_cells(p, 2, cycles=0), "line 2 (v11 at the case): cycles 0.0 is not a positive finite number"),
     (lambda p: set_cells(p, 2, cycles="nan"), "line 2 (v11 at the case): no cycles"),
     (lambda p: set_cells(p, 2, efficiency_per_cycle="inf"),
      "line 2 (v11 at the case): efficiency_per_cycle inf is not a number in (0, 1]"),
     (lambda p: set_cells(p, 2, efficiency_per_cycle=0.15),
      "line 2 (v11 at the case): efficiency_per_cycle 0.15 is not what 439709 cycles on 132 SMs come to (0.144528)"),
-    (lambda p: set_cells(p, 2, cycles=441000.0), "line 2 (v11 at the case): cycles 441000.0 is not between cycles_min "
-                                                 "439049.0 and cycles_max 440654.0"),
-    (lambda p: set_cells(p, 2, launches=6), "line 2 (v11 at the case): launches 6, but the run counted 7 at each shape"),
+    (lambda p: set_cells(p, 2, cycles=441000.0), ("line 2 (v11 at the case): cycles 441000.0 is not between cycles_min "
+                                                 "439049.0 and cycles_max 440654.0")),
+    (lambda p: set_cells(p, 2, launches=6),
+     "line 2 (v11 at the case): launches 6, but the run counted 7 at each shape"),
     (lambda p: drop(p, 2), "line 2: no row for v11 at the case, where kernels.json says it was counted"),
     (lambda p: drop(p, *range(2, 49)), "line 2: no row for v11 at the case"),
     (lambda p: duplicate(p, 3), "line 49 (v12 at the case): a second row for it (the first is line 3)"),
     (lambda p: set_cells(p, 2, S=2048), "line 2 (v11 at S=2048): v11 is counted at the case only"),
     (lambda p: set_cells(p, 2, kernel="v10"), "line 2 (v10 at the case): v10 is not among the kernels of kernels.json"),
-    (lambda p: set_cells(p, 2, kind="peer"), "line 2 (v11 at the case): kind 'peer', but kernels.json says v11 is a version"),
-], ids=["negative-cycles", "zero-cycles", "nan-cycles", "inf-efficiency", "efficiency-disagrees", "cycles-outside-spread",
-        "launches", "dropped-row", "header-only", "duplicated-row", "unknown-shape", "unknown-kernel", "kind"])
+    (lambda p: set_cells(p, 2, kind="peer"),
+     "line 2 (v11 at the case): kind 'peer', but kernels.json says v11 is a version"),
+], ids=["negative-cycles", "zero-cycles", "nan-cycles", "inf-efficiency", "efficiency-disagrees",
+        "cycles-outside-spread", "launches", "dropped-row", "header-only", "duplicated-row", "unknown-shape",
+        "unknown-kernel", "kind"])
 def test_damaged_cycle_counts_are_refused(copy, archived, damage, message):
     damage(copy / "cycles.csv")
     refused(copy, archived, "cycles.csv", message)
@@ -205,9 +211,11 @@ def test_a_contestants_dropped_count_at_one_length_is_refused(copy, archived):
 # ---- resources.csv -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda p: set_cells(p, 2, registers=-1), "line 2 (v11 for sm_103): registers -1 is not a whole number in [1, 255]"),
+    (lambda p: set_cells(p, 2, registers=-1),
+     "line 2 (v11 for sm_103): registers -1 is not a whole number in [1, 255]"),
     (lambda p: set_cells(p, 2, registers=""), "line 2 (v11 for sm_103): no registers"),
-    (lambda p: set_cells(p, 2, registers=256), "line 2 (v11 for sm_103): registers 256 is not a whole number in [1, 255]"),
+    (lambda p: set_cells(p, 2, registers=256),
+     "line 2 (v11 for sm_103): registers 256 is not a whole number in [1, 255]"),
     (lambda p: drop(p, 9), "line 9: no row for br128 for sm_90, which kernels.json's run builds it for"),
     (lambda p: drop(p, 8, 9), "line 8: no row for br128 for sm_103"),
     (lambda p: drop(p, *range(2, 23)), "line 2: no row for v11 for sm_90"),  # the GPU's own: the run built for it
@@ -215,16 +223,18 @@ def test_a_contestants_dropped_count_at_one_length_is_refused(copy, archived):
     (lambda p: set_cells(p, 12, arch="sm_90"), "line 12 (v14 for sm_90): v14 is built for sm_90a"),
     (lambda p: set_cells(p, 13, dynamic_smem_bytes=240000, smem_bytes=240000),
      "line 13 (v15 for sm_90a): dynamic_smem_bytes 240000 is not a whole number in [0, 232448]"),
-    (lambda p: set_cells(p, 2, smem_bytes=37000), "line 2 (v11 for sm_103): smem_bytes 37000 is not static_smem_bytes "
-                                                  "37760 + dynamic_smem_bytes 0"),
-    (lambda p: set_cells(p, 2, blocks_per_sm=8), "line 2 (v11 for sm_103): 8 blocks per SM limited by registers, but 128 "
-                                                 "threads, 126 registers and 37760 bytes of shared memory allow 4 on "
-                                                 "sm_103, limited by registers"),
-    (lambda p: set_cells(p, 2, threads=2048), "line 2 (v11 for sm_103): threads 2048 is not a whole number in [1, 1024]"),
+    (lambda p: set_cells(p, 2, smem_bytes=37000), ("line 2 (v11 for sm_103): smem_bytes 37000 is not static_smem_bytes "
+                                                  "37760 + dynamic_smem_bytes 0")),
+    (lambda p: set_cells(p, 2, blocks_per_sm=8),
+     ("line 2 (v11 for sm_103): 8 blocks per SM limited by registers, but 128 threads, 126 registers and 37760 "
+      "bytes of shared memory allow 4 on sm_103, limited by registers")),
+    (lambda p: set_cells(p, 2, threads=2048),
+     "line 2 (v11 for sm_103): threads 2048 is not a whole number in [1, 1024]"),
     (lambda p: set_cells(p, 2, spill_store_bytes=-4), "line 2 (v11 for sm_103): spill_store_bytes -4 is not a whole"),
     (lambda p: set_cells(p, 2, kernel="sdpa_auto"), "line 2 (sdpa_auto for sm_103): sdpa_auto is a peer"),
 ], ids=["registers-negative", "registers-empty", "registers-256", "dropped-row-br128", "dropped-kernel", "header-only",
-        "duplicated-row", "unbuilt-arch", "smem-above-a-block", "smem-parts", "blocks-per-sm", "threads", "spills", "peer"])
+        "duplicated-row", "unbuilt-arch", "smem-above-a-block", "smem-parts", "blocks-per-sm", "threads", "spills",
+        "peer"])
 def test_damaged_resources_are_refused(copy, archived, damage, message):
     damage(copy / "resources.csv")
     refused(copy, archived, "resources.csv", message)
@@ -277,7 +287,8 @@ def test_no_block_fitting_an_sm_is_refused_only_in_a_build_that_ran(archived):
 
     _, meta = archived
     resources = pd.read_csv(ARCHIVE / "resources.csv")
-    resources.loc[1, ["registers", "threads", "blocks_per_sm", "limited_by"]] = [255, 1024, 0, "registers"]  # v11, sm_90
+    v11 = 1  # its build for sm_90, the one that ran
+    resources.loc[v11, ["registers", "threads", "blocks_per_sm", "limited_by"]] = [255, 1024, 0, "registers"]
     assert resources_problem(resources, meta) == (
         "line 3 (v11 for sm_90): no block fits an SM (limited by registers), but kernels.json says v11 passed its "
         "check on sm_90")
@@ -292,12 +303,12 @@ def test_no_block_fitting_an_sm_is_refused_only_in_a_build_that_ran(archived):
     (lambda p: drop(p, 5), "line 5: no row for br128, which kernels.json says was profiled"),
     (lambda p: duplicate(p, 2), "line 18 (v11): a second row for it (the first is line 2)"),
     (lambda p: set_cells(p, 2, registers=126), "line 2 (v11): registers 126, but its build for sm_90 has 123"),
-    (lambda p: set_cells(p, 2, achieved_occupancy_pct=123.9), "line 2 (v11): achieved_occupancy_pct 123.9 is not a "
-                                                              "number in [0, 100]"),
+    (lambda p: set_cells(p, 2, achieved_occupancy_pct=123.9), ("line 2 (v11): achieved_occupancy_pct 123.9 is not a "
+                                                              "number in [0, 100]")),
     (lambda p: set_cells(p, 2, stall_barrier=-0.46), "line 2 (v11): stall_barrier -0.46 is not a number in [0, inf)"),
     (lambda p: set_cells(p, 2, softmax_share=0.9), "line 2 (v11): softmax_share 0.9, but kernels.json says 0.56"),
-    (lambda p: set_cells(p, 2, softmax_in_top_lines=4), "line 2 (v11): softmax_in_top_lines 4, but kernels.json's top "
-                                                        "stall lines have 2"),
+    (lambda p: set_cells(p, 2, softmax_in_top_lines=4), ("line 2 (v11): softmax_in_top_lines 4, but kernels.json's top "
+                                                        "stall lines have 2")),
     (lambda p: set_cells(p, 2, kernel="sdpa_auto"), "line 2 (sdpa_auto): kernels.json says sdpa_auto was not profiled"),
 ], ids=["header-only", "dropped-row", "duplicated-row", "registers", "occupancy", "stall", "softmax-share",
         "softmax-lines", "unprofiled"])
@@ -310,10 +321,11 @@ def test_a_damaged_profile_is_refused(copy, archived, damage, message):
 
 @pytest.mark.parametrize("table, damage, message", [
     ("head_to_head.csv", lambda p: set_cells(p, None, verdict="behind"), f"line 2 ({FIRST}): verdict 'behind'"),
-    ("head_to_head.csv", lambda p: set_cells(p, 3, rival="fa3"), "line 3 (v24 against fa3 by graph at the case): fa3 is "
-                                                                 "not one of v24's rivals"),
+    ("head_to_head.csv", lambda p: set_cells(p, 3, rival="fa3"),
+     "line 3 (v24 against fa3 by graph at the case): fa3 is not one of v24's rivals"),
     ("head_to_head.csv", lambda p: drop(p, *range(2, 86)), "line 2: no row for v24 against v23 by step at the case"),
-    ("cycles.csv", lambda p: set_cells(p, 2, cycles=-439700), "line 2 (v11 at the case): cycles -439700.0 is not a positive"),
+    ("cycles.csv", lambda p: set_cells(p, 2, cycles=-439700),
+     "line 2 (v11 at the case): cycles -439700.0 is not a positive"),
     ("resources.csv", lambda p: drop(p, 9), "line 9: no row for br128 for sm_90"),
     ("profile.csv", lambda p: drop(p, *range(2, 18)), "line 2: no row for v11, which kernels.json says was profiled"),
 ], ids=["verdicts", "unknown-rival", "head-to-head-header-only", "negative-cycles", "dropped-resources-row",

@@ -362,7 +362,6 @@ def summary_problem(summary, meta: dict) -> str | None:
     return None
 
 
-
 # ---- resources.csv, profile.csv, head_to_head.csv and cycles.csv, each read back beside kernels.json ----
 #
 # Like summary.csv, each is checked row by row (every figure a number in its range, agreeing with those
@@ -444,6 +443,12 @@ def _text(row: dict, column: str) -> str:
 
 def _shape_of(row: dict) -> dict:
     return {d: _within(row, d, 1, whole=True) for d in "BHSD"}
+
+
+def _is_case(row: dict, shape: dict, case: dict) -> None:
+    if _flag(row, "is_case") != (shape == case):
+        raise _Refused(f"is_case {row['is_case']}, but {_shape_text(shape)} is{'' if shape == case else ' not'} "
+                       "the case")
 
 
 def _where(shape: dict, case: dict) -> str:
@@ -538,7 +543,8 @@ def head_to_head_problem(table, meta: dict, summary=None) -> str | None:
     for line, row in _rows(table):
         where = f"line {line}"
         try:
-            version, rival, method, shape = _text(row, "version"), _text(row, "rival"), _text(row, "method"), _shape_of(row)
+            version, rival, method = (_text(row, c) for c in ("version", "rival", "method"))
+            shape = _shape_of(row)
             where += f" ({version} against {rival} by {method} at {_where(shape, case)})"
             if version not in rivals_of:
                 raise _Refused(f"{version} is not one of kernels.json's headline versions ({', '.join(headline)})")
@@ -552,9 +558,7 @@ def head_to_head_problem(table, meta: dict, summary=None) -> str | None:
             if shape not in points:
                 raise _Refused(f"{_shape_text(shape)} is not a point of the head-to-head (the case, then the sweep's "
                                f"lengths: S = {[p['S'] for p in points]})")
-            if _flag(row, "is_case") != (shape == case):
-                raise _Refused(f"is_case {row['is_case']}, but {_shape_text(shape)} is{'' if shape == case else ' not'} "
-                               "the case")
+            _is_case(row, shape, case)
             _once(seen, (points.index(shape), version, rival, method), line)
             ratio, low, high = (_positive(row, c) for c in ("ratio", "ci_low", "ci_high"))
             if not low <= ratio <= high:
@@ -607,9 +611,7 @@ def cycles_problem(table, meta: dict, summary=None) -> str | None:
             _passed(entry, "counted")
             if shape not in shapes_of[name]:
                 raise _Refused(f"{name} is counted at {', '.join(_where(s, case) for s in shapes_of[name])} only")
-            if _flag(row, "is_case") != (shape == case):
-                raise _Refused(f"is_case {row['is_case']}, but {_shape_text(shape)} is{'' if shape == case else ' not'} "
-                               "the case")
+            _is_case(row, shape, case)
             _once(seen, (names.index(name), shapes_of[name].index(shape)), line)
             cycles, least, most = (_positive(row, c) for c in ("cycles", "cycles_min", "cycles_max"))
             if not least <= cycles <= most:
@@ -625,8 +627,8 @@ def cycles_problem(table, meta: dict, summary=None) -> str | None:
             if len(sm_counts) == 1:
                 worked_out = efficiency_per_cycle(Shape(**shape), cycles, next(iter(sm_counts)))
                 if not math.isclose(efficiency, worked_out, rel_tol=AGREEMENT):
-                    raise _Refused(f"efficiency_per_cycle {row['efficiency_per_cycle']} is not what {cycles:g} cycles on "
-                                   f"{next(iter(sm_counts))} SMs come to ({worked_out:.6g})")
+                    raise _Refused(f"efficiency_per_cycle {row['efficiency_per_cycle']} is not what {cycles:g} cycles "
+                                   f"on {next(iter(sm_counts))} SMs come to ({worked_out:.6g})")
         except _Refused as e:
             return f"{where}: {e}"
     entries, refusals = _entries(meta), _sweep_refusals(summary)
@@ -691,12 +693,12 @@ def resources_problem(table, meta: dict) -> str | None:
             allowed = occupancy.blocks_per_sm(arch, threads, registers, smem)
             limited_by = " + ".join(allowed["limited_by"])
             if (blocks, row["limited_by"]) != (allowed["blocks_per_sm"], limited_by):
-                raise _Refused(f"{blocks} blocks per SM limited by {row['limited_by']}, but {threads} threads, {registers} "
-                               f"registers and {smem} bytes of shared memory allow {allowed['blocks_per_sm']} on {arch}, "
-                               f"limited by {limited_by}")
+                raise _Refused(f"{blocks} blocks per SM limited by {row['limited_by']}, but {threads} threads, "
+                               f"{registers} registers and {smem} bytes of shared memory allow "
+                               f"{allowed['blocks_per_sm']} on {arch}, limited by {limited_by}")
             if blocks == 0 and entry.get("check_passed") and arch == runnable_build(built_for[name], meta["gpu_arch"]):
-                raise _Refused(f"no block fits an SM (limited by {limited_by}), but kernels.json says {name} passed its "
-                               f"check on {meta['gpu_arch']}")  # a build that cannot launch may fail its check
+                raise _Refused(f"no block fits an SM (limited by {limited_by}), but kernels.json says {name} passed "
+                               f"its check on {meta['gpu_arch']}")  # a build that cannot launch may fail its check
             sha = _text(row, "cubin_sha256")
             if len(sha) != 64 or set(sha) - set("0123456789abcdef"):
                 raise _Refused(f"cubin_sha256 {sha!r} is not a sha256")
@@ -737,7 +739,8 @@ def profile_problem(table, meta: dict, resources) -> str | None:
                     arch = runnable_build(list(mine.arch), meta["gpu_arch"])
                     built = [int(r) for r in mine[mine.arch == arch].registers]
                     if registers is not None and built and registers != built[0]:
-                        raise _Refused(f"registers {registers}, but its build for {arch} has {built[0]} (resources.csv)")
+                        raise _Refused(f"registers {registers}, but its build for {arch} has {built[0]} "
+                                       "(resources.csv)")
                 else:
                     _within(row, metric, 0, 100 if metric.endswith("_pct") else None, may_be_empty=True)
             for stall in STALLS:
@@ -745,7 +748,8 @@ def profile_problem(table, meta: dict, resources) -> str | None:
             share = _within(row, "softmax_share", 0, 1, may_be_empty=True)
             if (share is None) != (profile.get("softmax_share") is None) or (
                     share is not None and not math.isclose(share, profile["softmax_share"], rel_tol=AGREEMENT)):
-                raise _Refused(f"softmax_share {row['softmax_share']}, but kernels.json says {profile.get('softmax_share')}")
+                raise _Refused(f"softmax_share {row['softmax_share']}, but kernels.json says "
+                               f"{profile.get('softmax_share')}")
             in_top = _within(row, "softmax_in_top_lines", 0, TOP_LINES, whole=True, may_be_empty=True)
             top = profile.get("top_lines")
             said = None if top is None else sum(t["softmax"] for t in top)
