@@ -262,7 +262,7 @@ def test_a_block_may_have_227_kib_of_shared_memory_on_hopper_and_sm_103(archived
     import pandas as pd
 
     from flashbench.occupancy import blocks_per_sm
-    from flashbench.validation import resources_problem
+    from flashbench.archive_tables import resources_problem
 
     _, meta = archived
     resources = pd.read_csv(ARCHIVE / "resources.csv")
@@ -283,7 +283,7 @@ def test_no_block_fitting_an_sm_is_refused_only_in_a_build_that_ran(archived):
     its check, and its row may stay; the one that passed its check on this GPU ran, so it fitted."""
     import pandas as pd
 
-    from flashbench.validation import resources_problem
+    from flashbench.archive_tables import resources_problem
 
     _, meta = archived
     resources = pd.read_csv(ARCHIVE / "resources.csv")
