@@ -60,7 +60,7 @@ RESOURCES = {
     "br128": (128, 64, 256, 128, 0, 82948),
     "hybrid_smem": (128, 0, 256, 128, 0, 83456),
     "v14": (177, 0, 256, 128, 0, 164920),
-    "v15": (240, 0, 384, 128, 0, 230000),
+    "v15": (168, 0, 384, 128, 0, 230000),  # as ptxas reports a kernel that sets its warpgroups' registers
 }
 # Published-like TFLOPS: every claim of the chapter holds for these
 LIKE_THE_WRITEUP = {"v11": 144.0, "v12": 219.0, "v13": 227.0, "br128": 199.0, "hybrid_smem": 226.0}
@@ -190,10 +190,10 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
     return paths
 
 
-def gather(paths: dict, kernels=KERNELS):
+def gather(paths: dict, kernels=KERNELS, settings: dict = SETTINGS):
     """tidy_tables of `write`'s records (`paths`): summary, resources, profile tables and kernels.json."""
     return tidy_tables(kernels + PEERS, paths["checks"], paths["benches"], paths["compiled"], "sm_90", CASE,
-                       paths["sweeps"], paths["profiles"], SETTINGS, expected=EXPECTED)
+                       paths["sweeps"], paths["profiles"], settings, expected=EXPECTED)
 
 
 def settings() -> Settings:
@@ -256,18 +256,21 @@ def cycles_record(name: str, shapes: list[dict], tflops: float) -> dict:
             "provenance": provenance(name)}
 
 
-def paired_tables(kernels, tflops: dict, paired: dict | None):
+def paired_tables(kernels, tflops: dict, paired: dict | None, not_counted=()):
     """head_to_head.csv and cycles.csv of a run whose headline versions and rivals ran at `paired`
-    ({name: TFLOPS} at every point), every other kernel and peer at `tflops` at the case only."""
+    ({name: TFLOPS} at every point), every other kernel and peer at `tflops` at the case only. Without
+    `paired`, a run without a head-to-head: its headline versions counted at every point all the same
+    (config.Settings.cycle_shapes). `not_counted`: those that did not pass their checks."""
     from flashbench import cycles, headtohead
 
     shapes = [CASE, *({**CASE, "S": S} for S in SWEEP_S if S != CASE["S"])]
     contestants = paired or {}
     points = [head_to_head_record(shape, contestants, seed) for seed, shape in enumerate(shapes)] if paired else []
+    everywhere = set(contestants) | set(HEADLINE)
     every = {**PEER_TFLOPS, **tflops}
-    counts = [cycles_record(k["name"], shapes if k["name"] in contestants else [CASE],
+    counts = [cycles_record(k["name"], shapes if k["name"] in everywhere else [CASE],
                             contestants.get(k["name"], every.get(k["name"], 100.0)))
-              for k in kernels + PEERS]
+              for k in kernels + PEERS if k["name"] not in not_counted]
     return headtohead.table(points, SETTINGS), cycles.table(counts, kernels + PEERS, CASE)
 
 
@@ -275,9 +278,10 @@ def results_folder(tmp, tflops: dict, failing: str | None = None, skipped: str |
                    slug: str = "nvidia-h200", kernels=KERNELS, paired: dict | None = None):
     """What summarize makes of `write`'s records: tmp/results/<slug>/ with its tables, as archived;
     `paired`: the head-to-head's contestants at their TFLOPS (none: no head-to-head in the run)."""
-    summary, resources, profile, meta = gather(write(tmp, tflops, failing, skipped, kernels), kernels)
+    settings = SETTINGS if paired else {**SETTINGS, "head_to_head": None}
+    summary, resources, profile, meta = gather(write(tmp, tflops, failing, skipped, kernels), kernels, settings)
     out = tmp / "results" / slug
-    head_to_head, cycle_counts = paired_tables(kernels, tflops, paired)
+    head_to_head, cycle_counts = paired_tables(kernels, tflops, paired, not_counted=(failing, skipped))
     write_text(out / "head_to_head.csv", head_to_head.to_csv(index=False))
     write_text(out / "cycles.csv", cycle_counts.to_csv(index=False))
     write_text(out / "summary.csv", summary.to_csv(index=False))

@@ -56,9 +56,10 @@ def test_every_report_escapes_text_from_config_and_records(tmp_path):
                for k in records.KERNELS + records.HOPPER]
     out = records.results_folder(tmp_path, {**records.LIKE_THE_WRITEUP, "v14": 400.0, "v15": 450.0}, kernels=kernels)
     # a name no config allows, as an edited archive would carry it
-    summary = pd.read_csv(out / "summary.csv")
-    summary.loc[summary.kernel == "unfused", "kernel"] = EVIL_NAME
-    summary.to_csv(out / "summary.csv", index=False)
+    for table in ("summary.csv", "cycles.csv"):
+        rows = pd.read_csv(out / table)
+        rows.loc[rows.kernel == "unfused", "kernel"] = EVIL_NAME
+        rows.to_csv(out / table, index=False)
     meta = json.loads((out / "kernels.json").read_text())
     next(k for k in meta["kernels"] if k["name"] == "unfused")["name"] = EVIL_NAME
     (out / "kernels.json").write_text(json.dumps(meta))
