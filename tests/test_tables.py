@@ -208,6 +208,22 @@ def test_a_contestants_dropped_count_at_one_length_is_refused(copy, archived):
     refused(copy, archived, "cycles.csv", f"line {line}: no row for sdpa_cudnn at S=4096")
 
 
+def test_a_kernel_ncu_could_not_count_has_no_cycle_rows_and_is_not_missed(copy, archived):
+    """A count that failed (no permission for the counters, say) is in kernels.json with its reason: its
+    rows are not expected, and a row of it is refused."""
+    cycles, meta_path = copy / "cycles.csv", copy / "kernels.json"
+    meta = read_json(meta_path)
+    for k in meta["kernels"]:
+        if k["name"] == "v11":
+            k["count"] = {"counted": False, "reason": "ERR_NVGPUCTRPERM"}
+    write_json(meta_path, meta)
+    summary, meta = archive_tables.read_summary(copy)
+    refused(copy, (summary, meta), "cycles.csv", "line 2 (v11 at the case): kernels.json says v11 was not counted "
+                                                 "(ERR_NVGPUCTRPERM)")
+    drop(cycles, line_of(cycles, kernel="v11", S=1024))
+    assert archive_tables.read_paired(copy, meta, summary)["cycles"] is not None  # no v11 row, and none missed
+
+
 # ---- resources.csv -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("damage, message", [

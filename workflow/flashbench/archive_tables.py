@@ -245,6 +245,12 @@ def _runs_at(entry: dict | None, shape: dict, refusals: set) -> bool:
     return (entry["name"], shape["S"]) not in refusals
 
 
+def _counted(entry: dict | None) -> bool:
+    """Whether ncu counted a kernel or peer's cycles: what its count record said, in kernels.json
+    (archives summarized before it said so hold no count: counted wherever it passed its check)."""
+    return ((entry or {}).get("count") or {}).get("counted", True)
+
+
 def _passed(entry: dict, what: str) -> None:
     if not entry.get("check_passed"):
         raise _Refused(f"kernels.json says {entry['name']} did not pass its check: it is never {what}")
@@ -346,6 +352,8 @@ def cycles_problem(table, meta: dict, summary=None) -> str | None:
             if note:
                 raise _Refused(f"kernels.json says the run counted no cycles ({note})")
             _passed(entry, "counted")
+            if not _counted(entry):
+                raise _Refused(f"kernels.json says {name} was not counted ({entry['count']['reason']})")
             if shape not in shapes_of[name]:
                 raise _Refused(f"{name} is counted at {', '.join(_where(s, case) for s in shapes_of[name])} only")
             _is_case(row, shape, case)
@@ -369,7 +377,7 @@ def cycles_problem(table, meta: dict, summary=None) -> str | None:
         except _Refused as e:
             return f"{where}: {e}"
     entries, refusals = _entries(meta), _sweep_refusals(summary)
-    order = [(i, j) for i, name in enumerate(names) if not note
+    order = [(i, j) for i, name in enumerate(names) if not note and _counted(entries[name])
              for j, shape in enumerate(shapes_of[name]) if _runs_at(entries[name], shape, refusals)]
     return _missing(order, seen, lambda k: f"{names[k[0]]} at {_where(shapes_of[names[k[0]]][k[1]], case)}, "
                                            "where kernels.json says it was counted (it passed its check)")

@@ -218,6 +218,7 @@ def tidy_tables(kernels: list[dict], check_paths: list, bench_paths: list, compi
     resources = resources_table(compile_records)
     summary = summary_table(kernels, checks, benches, resources, runs_here, gpu_arch, case, sweeps)
     choices_of = own_choices(kernels, {r["kernel"]: r["source"] for r in compile_records})
+    counted = (more_records or {}).get("cycles", {})
     meta = {
         "gpu_arch": gpu_arch,
         "case": case,
@@ -234,6 +235,9 @@ def tidy_tables(kernels: list[dict], check_paths: list, bench_paths: list, compi
                      "profile": ({f: profiles[k["name"]].get(f) for f in ("profiled", "reason", "top_lines", "softmax_share",
                                                                           "stall_samples", "lines_reason", "ncu")}
                                  if k["name"] in profiles else None),
+                     # whether its cycles were counted (an ncu that could not count it says why)
+                     "count": ({f: counted[k["name"]].get(f) for f in ("counted", "reason")}
+                               if k["name"] in counted else None),
                      "provenance": benches.get(k["name"], {}).get("provenance")
                      or checks[k["name"]].get("provenance")} for k in kernels],
     }
