@@ -94,10 +94,24 @@ def _snakemake_cli():
     rest a third of one)."""
     import snakemake.cli
 
-    for module in ("smart_open", "yte", "platformdirs", "snakemake.storage", "snakemake.report.html_reporter"):
+    for module in ("smart_open", "yte", "platformdirs", "snakemake.storage", "snakemake.report.html_reporter",
+                   "jsonschema", "flashbench.schemas", "flashbench.archives", "flashbench.codegraph", "flashbench.compile",
+                   "flashbench.peers"):
         importlib.import_module(module)
     snakemake.cli.get_argument_parser()
     return snakemake.cli
+
+
+@functools.cache
+def _import_graph() -> dict[str, frozenset[str]]:
+    """codegraph.command_modules of every command, computed once for the session by the process that
+    forks Snakemake (snakemake() below). The Snakefile asks it for each rule's code inputs, and it reads
+    the installed package's source (codegraph.PACKAGE, the same files in every checkout, unchanged while
+    the tests run) afresh each time: over a second of every Snakemake run."""
+    from flashbench import cli, codegraph
+
+    commands = next(a for a in cli.parser()._actions if a.dest == "command").choices
+    return {command: frozenset(codegraph.command_modules(command)) for command in commands}
 
 
 def with_stub(tmp_path: Path, name: str, script: str) -> dict:
@@ -120,6 +134,7 @@ def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
     output, and its jobs', goes to its own stdout and stderr, as in a subprocess."""
     argv = ["snakemake", "--nolock", *map(str, args)]
     cli = _snakemake_cli()
+    graph = _import_graph()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         pid = os.fork()
         if pid == 0:
@@ -134,6 +149,10 @@ def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
                 sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
                 shell = importlib.import_module("snakemake.shell")  # the module: the package's `shell` is its class
                 shell.STDOUT = sys.stdout  # what it binds on import: its jobs' stdout
+                from flashbench import codegraph
+
+                computed = codegraph.command_modules
+                codegraph.command_modules = lambda command: set(graph[command]) if command in graph else computed(command)
                 sys.argv = argv
                 cli.main(argv[1:])
             except SystemExit as e:
