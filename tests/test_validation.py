@@ -205,15 +205,28 @@ GOAL = shipped_settings().goal  # the Hopper report's
 COMPARE_TEMPLATE = ROOT / "workflow" / "templates" / "compare.md.j2"
 
 
-@pytest.fixture
-def rendered(tmp_path):
-    """A results folder and the reports rendered from it, as a run leaves them."""
+@pytest.fixture(scope="module")
+def rendered_once(tmp_path_factory):
+    """A results folder and the reports rendered from it, as a run leaves them: rendered once for the
+    tests of this module, which each damage a copy (rendered)."""
     from flashbench import gpu_comparison, gpu_reports
 
-    out = records.results_folder(tmp_path, TFLOPS)
-    gpu_reports.render(out, tmp_path / "reports", REPORT_TEMPLATE, "nvidia-h200", GOAL)
-    gpu_comparison.render([out], COMPARE_TEMPLATE, tmp_path / "reports" / "README.md", tmp_path / "reports" / "compare.png")
-    return out, tmp_path / "reports"
+    tmp = tmp_path_factory.mktemp("rendered")
+    out = records.results_folder(tmp, TFLOPS)
+    gpu_reports.render(out, tmp / "reports", REPORT_TEMPLATE, "nvidia-h200", GOAL)
+    gpu_comparison.render([out], COMPARE_TEMPLATE, tmp / "reports" / "README.md", tmp / "reports" / "compare.png")
+    return out, tmp / "reports"
+
+
+@pytest.fixture
+def rendered(tmp_path, rendered_once):
+    """A copy of rendered_once's results folder and reports, file times kept, for a test to damage."""
+    import shutil
+
+    out, reports = tmp_path / "results" / "nvidia-h200", tmp_path / "reports"
+    shutil.copytree(rendered_once[0], out)
+    shutil.copytree(rendered_once[1], reports)
+    return out, reports
 
 
 def refused_by_both(out, reports, message):
