@@ -96,7 +96,7 @@ def _snakemake_cli():
 
     for module in ("smart_open", "yte", "platformdirs", "snakemake.storage", "snakemake.report.html_reporter",
                    "jsonschema", "flashbench.schemas", "flashbench.archives", "flashbench.codegraph", "flashbench.compile",
-                   "flashbench.peers"):
+                   "flashbench.files", "flashbench.peers"):
         importlib.import_module(module)
     snakemake.cli.get_argument_parser()
     return snakemake.cli
