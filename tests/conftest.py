@@ -185,6 +185,23 @@ def built(tmp_path_factory, worker_id, needs_nvcc):
     return root
 
 
+def made_once(tmp_path_factory, worker_id, name: str, make) -> Path:
+    """A folder of the test run's that `make(folder)` fills once, for every test worker (pytest -n), as
+    `built` is made: the first worker to ask makes it, the others wait on a lock and take it as it is.
+    For what the tests only read (or copy before they change it)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base if worker_id == "master" else base.parent) / name
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root.with_name(f"{name}.done")
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            make(root)
+            done.touch()
+    return root
+
+
 def with_build(checkout: Path, built: Path) -> Path:
     """`checkout` with the session's build/ and Snakemake's records of it, file times kept: its
     compile jobs are up to date, as if it had compiled them itself."""

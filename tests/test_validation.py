@@ -10,7 +10,7 @@ from flashbench.summary import tidy_tables
 
 import records
 from records import edit, gather
-from conftest import ROOT, shipped_settings
+from conftest import ROOT, made_once, shipped_settings
 
 TFLOPS = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
 ARCHIVED = sorted(p.parent for p in (ROOT / "results").glob("*/summary.csv"))
@@ -206,16 +206,18 @@ COMPARE_TEMPLATE = ROOT / "workflow" / "templates" / "compare.md.j2"
 
 
 @pytest.fixture(scope="module")
-def rendered_once(tmp_path_factory):
+def rendered_once(tmp_path_factory, worker_id):
     """A results folder and the reports rendered from it, as a run leaves them: rendered once for the
-    tests of this module, which each damage a copy (rendered)."""
+    test run (every worker's), for the tests below, which each damage a copy (rendered)."""
     from flashbench import gpu_comparison, gpu_reports
 
-    tmp = tmp_path_factory.mktemp("rendered")
-    out = records.results_folder(tmp, TFLOPS)
-    gpu_reports.render(out, tmp / "reports", REPORT_TEMPLATE, "nvidia-h200", GOAL)
-    gpu_comparison.render([out], COMPARE_TEMPLATE, tmp / "reports" / "README.md", tmp / "reports" / "compare.png")
-    return out, tmp / "reports"
+    def render(tmp):
+        out = records.results_folder(tmp, TFLOPS)
+        gpu_reports.render(out, tmp / "reports", REPORT_TEMPLATE, "nvidia-h200", GOAL)
+        gpu_comparison.render([out], COMPARE_TEMPLATE, tmp / "reports" / "README.md", tmp / "reports" / "compare.png")
+
+    tmp = made_once(tmp_path_factory, worker_id, "validation-rendered", render)
+    return tmp / "results" / "nvidia-h200", tmp / "reports"
 
 
 @pytest.fixture
