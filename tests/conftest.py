@@ -131,7 +131,8 @@ def a_gpu_here(tmp_path: Path, line: str = "NVIDIA H200, 9.0, 00000000:19:00.0")
 def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
     """`python -m snakemake --nolock ARGS` in `cwd`: Snakemake's own command line, run in a fork of
     this process, which has imported Snakemake once for the session (_snakemake_cli). The fork's
-    output, and its jobs', goes to its own stdout and stderr, as in a subprocess."""
+    output, and its jobs', goes to its own stdout and stderr, as in a subprocess; `env` is its
+    environment, $PYTHONPATH on its path as a new interpreter would have it."""
     argv = ["snakemake", "--nolock", *map(str, args)]
     cli = _snakemake_cli()
     graph = _import_graph()
@@ -144,6 +145,8 @@ def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
                 if env is not None:
                     os.environ.clear()
                     os.environ.update(env)
+                    # where a new interpreter puts $PYTHONPATH: first on its path (importlib.metadata too)
+                    sys.path[:0] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
                 os.dup2(out.fileno(), 1)
                 os.dup2(err.fileno(), 2)
                 sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)

@@ -615,8 +615,7 @@ def test_a_peer_skipped_for_want_of_torch_is_checked_again_once_torch_is_install
     site = tmp_path / "site" / "torch-9.9.dist-info"  # what pip leaves of a torch (its import is not needed)
     site.mkdir(parents=True)
     (site / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9\n")
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--nolock", "-n", record], cwd=checkout,
-                          env={**env, "PYTHONPATH": str(site.parent)}, capture_output=True, text=True)
+    proc = snakemake(checkout, "-n", record, env={**env, "PYTHONPATH": str(site.parent)})
     assert job_counts(proc.stdout) == {"check_peer": 1}, proc.stderr
 
 
