@@ -94,10 +94,24 @@ def _snakemake_cli():
     rest a third of one)."""
     import snakemake.cli
 
-    for module in ("smart_open", "yte", "platformdirs", "snakemake.storage", "snakemake.report.html_reporter"):
+    for module in ("smart_open", "yte", "platformdirs", "snakemake.storage", "snakemake.report.html_reporter",
+                   "jsonschema", "flashbench.schemas", "flashbench.archives", "flashbench.codegraph", "flashbench.compile",
+                   "flashbench.files", "flashbench.peers"):
         importlib.import_module(module)
     snakemake.cli.get_argument_parser()
     return snakemake.cli
+
+
+@functools.cache
+def _import_graph() -> dict[str, frozenset[str]]:
+    """codegraph.command_modules of every command, computed once for the session by the process that
+    forks Snakemake (snakemake() below). The Snakefile asks it for each rule's code inputs, and it reads
+    the installed package's source (codegraph.PACKAGE, the same files in every checkout, unchanged while
+    the tests run) afresh each time: over a second of every Snakemake run."""
+    from flashbench import cli, codegraph
+
+    commands = next(a for a in cli.parser()._actions if a.dest == "command").choices
+    return {command: frozenset(codegraph.command_modules(command)) for command in commands}
 
 
 def with_stub(tmp_path: Path, name: str, script: str) -> dict:
@@ -117,9 +131,11 @@ def a_gpu_here(tmp_path: Path, line: str = "NVIDIA H200, 9.0, 00000000:19:00.0")
 def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
     """`python -m snakemake --nolock ARGS` in `cwd`: Snakemake's own command line, run in a fork of
     this process, which has imported Snakemake once for the session (_snakemake_cli). The fork's
-    output, and its jobs', goes to its own stdout and stderr, as in a subprocess."""
+    output, and its jobs', goes to its own stdout and stderr, as in a subprocess; `env` is its
+    environment, $PYTHONPATH on its path as a new interpreter would have it."""
     argv = ["snakemake", "--nolock", *map(str, args)]
     cli = _snakemake_cli()
+    graph = _import_graph()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         pid = os.fork()
         if pid == 0:
@@ -129,11 +145,17 @@ def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
                 if env is not None:
                     os.environ.clear()
                     os.environ.update(env)
+                    # where a new interpreter puts $PYTHONPATH: first on its path (importlib.metadata too)
+                    sys.path[:0] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
                 os.dup2(out.fileno(), 1)
                 os.dup2(err.fileno(), 2)
                 sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
                 shell = importlib.import_module("snakemake.shell")  # the module: the package's `shell` is its class
                 shell.STDOUT = sys.stdout  # what it binds on import: its jobs' stdout
+                from flashbench import codegraph
+
+                computed = codegraph.command_modules
+                codegraph.command_modules = lambda command: set(graph[command]) if command in graph else computed(command)
                 sys.argv = argv
                 cli.main(argv[1:])
             except SystemExit as e:
@@ -163,6 +185,23 @@ def built(tmp_path_factory, worker_id, needs_nvcc):
             root.mkdir()
             proc = snakemake(copy_checkout(root), "compile")
             assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def made_once(tmp_path_factory, worker_id, name: str, make) -> Path:
+    """A folder of the test run's that `make(folder)` fills once, for every test worker (pytest -n), as
+    `built` is made: the first worker to ask makes it, the others wait on a lock and take it as it is.
+    For what the tests only read (or copy before they change it)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base if worker_id == "master" else base.parent) / name
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root.with_name(f"{name}.done")
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            make(root)
+            done.touch()
     return root
 
 

@@ -5,6 +5,7 @@ import re
 
 import markdown as python_markdown
 import pandas as pd
+import pytest
 
 from flashbench import gpu_comparison, gpu_reports, markdown
 
@@ -51,10 +52,18 @@ def table_rows(text: str) -> list[list[str]]:
     return tables
 
 
-def test_every_report_escapes_text_from_config_and_records(tmp_path):
+EVIL_GPU = "NVIDIA H200 [click](javascript:alert(1)) ![seen](javascript:alert(2))"
+
+
+@pytest.fixture(scope="module")
+def evil_reports(tmp_path_factory):
+    """Every report (report.md, hopper.md, README.md) rendered once, for the tests below, from records
+    whose text would break a table, a line or a list, or inject HTML, a link or an image: v12's and v14's
+    change, a peer's name no config allows (as an edited archive would carry it), and the GPU's name."""
+    tmp = tmp_path_factory.mktemp("evil")
     kernels = [{**k, "change": EVIL_CHANGE} if k["name"] in ("v12", "v14") else k
                for k in records.KERNELS + records.HOPPER]
-    out = records.results_folder(tmp_path, {**records.LIKE_THE_WRITEUP, "v14": 400.0, "v15": 450.0}, kernels=kernels)
+    out = records.results_folder(tmp, {**records.LIKE_THE_WRITEUP, "v14": 400.0, "v15": 450.0}, kernels=kernels)
     # a name no config allows, as an edited archive would carry it
     for table in ("summary.csv", "cycles.csv"):
         rows = pd.read_csv(out / table)
@@ -62,11 +71,19 @@ def test_every_report_escapes_text_from_config_and_records(tmp_path):
         rows.to_csv(out / table, index=False)
     meta = json.loads((out / "kernels.json").read_text())
     next(k for k in meta["kernels"] if k["name"] == "unfused")["name"] = EVIL_NAME
+    for k in meta["kernels"]:
+        if k["provenance"]:
+            k["provenance"]["gpu"] = EVIL_GPU
     (out / "kernels.json").write_text(json.dumps(meta))
 
-    reports = tmp_path / "reports"
+    reports = tmp / "reports"
     gpu_reports.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200", GOAL)
     gpu_comparison.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
+    return reports
+
+
+def test_every_report_escapes_text_from_config_and_records(evil_reports):
+    reports = evil_reports
     for name in ("report.md", "hopper.md", "README.md"):
         text = (reports / name).read_text()
         assert "<script" not in text and "<img" not in text and "<!--" not in text, name
@@ -77,21 +94,8 @@ def test_every_report_escapes_text_from_config_and_records(tmp_path):
     assert "| &lt;img src=x onerror=alert(1)> (peer) | 120.0 | 156.50 |" in (reports / "README.md").read_text()
 
 
-EVIL_GPU = "NVIDIA H200 [click](javascript:alert(1)) ![seen](javascript:alert(2))"
-
-
-def test_no_report_makes_a_link_or_an_image_of_a_gpus_name(tmp_path):
-    out = records.results_folder(tmp_path, {**records.LIKE_THE_WRITEUP, "v14": 400.0, "v15": 450.0},
-                                 kernels=records.KERNELS + records.HOPPER)
-    meta = json.loads((out / "kernels.json").read_text())
-    for k in meta["kernels"]:
-        if k["provenance"]:
-            k["provenance"]["gpu"] = EVIL_GPU
-    (out / "kernels.json").write_text(json.dumps(meta))
-
-    reports = tmp_path / "reports"
-    gpu_reports.render(out, reports, TEMPLATES / "report.md.j2", "nvidia-h200", shipped_settings().goal)
-    gpu_comparison.render([out], TEMPLATES / "compare.md.j2", reports / "README.md", reports / "compare.png")
+def test_no_report_makes_a_link_or_an_image_of_a_gpus_name(evil_reports):
+    reports = evil_reports
     for name in ("report.md", "hopper.md", "README.md"):
         text = (reports / name).read_text()
         assert "[click\\](javascript:alert(1))" in text, name

@@ -339,14 +339,15 @@ def test_one_kernel_edit_reruns_only_its_jobs(built_checkout, source, kernels):
     assert job_counts(proc.stdout) == {"compile_kernel": kernels * len(_archs_here()), "all_built": 1, "compile": 1}
 
 
-@pytest.fixture
-def measured_checkout(built_checkout):
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory, built):
     """A checkout with every kernel built and the H200 archive in place, newer than the builds. Kernels
     the archive has no records of (added to config since that run) are left out of `versions` and
-    `headline`; where none of the headline is archived, the archive's own headline stands."""
+    `headline`; where none of the headline is archived, the archive's own headline stands. Made once
+    for the tests below, which each change a copy (measured_checkout)."""
     import yaml
 
-    checkout = built_checkout
+    checkout = with_build(copy_checkout(tmp_path_factory.mktemp("measured")), built)
     text = (checkout / "config.yaml").read_text()
     recorded = json.loads((ROOT / "results" / "nvidia-h200" / "kernels.json").read_text())
     archived = {k["name"] for k in recorded["kernels"]}
@@ -365,6 +366,12 @@ def measured_checkout(built_checkout):
             shutil.copy(path, copy)
             os.utime(copy, (now + age, now + age))
     return checkout
+
+
+@pytest.fixture
+def measured_checkout(measured, tmp_path):
+    """A copy of `measured`, file times kept, for a test to change."""
+    return shutil.copytree(measured, tmp_path / "measured", symlinks=True)
 
 
 @pytest.mark.parametrize("ablation", ["br128", "hybrid_smem"])
@@ -615,8 +622,7 @@ def test_a_peer_skipped_for_want_of_torch_is_checked_again_once_torch_is_install
     site = tmp_path / "site" / "torch-9.9.dist-info"  # what pip leaves of a torch (its import is not needed)
     site.mkdir(parents=True)
     (site / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9\n")
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--nolock", "-n", record], cwd=checkout,
-                          env={**env, "PYTHONPATH": str(site.parent)}, capture_output=True, text=True)
+    proc = snakemake(checkout, "-n", record, env={**env, "PYTHONPATH": str(site.parent)})
     assert job_counts(proc.stdout) == {"check_peer": 1}, proc.stderr
 
 

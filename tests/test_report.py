@@ -46,11 +46,27 @@ def test_summary_has_one_row_per_kernel_and_shape(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def g3_report(tmp_path_factory):
-    """report.md rendered from G3's timings for the chapter's kernels alone, once for the tests that
-    read it (a render with its figures takes over a second)."""
+def g3_rendered(tmp_path_factory, settings_file):
+    """The render command run on G3's timings for the chapter's kernels alone, once for the tests that
+    read what it wrote (a render with its figures takes over a second): its exit status, what it
+    printed, and the reports folder."""
+    import contextlib
+    import io
+
+    from flashbench.cli import main
+
     tmp = tmp_path_factory.mktemp("g3")
-    return gpu_reports.render(results_folder(tmp, G3), tmp / "reports", TEMPLATE, "nvidia-h200", GOAL)
+    out, reports, printed = results_folder(tmp, G3), tmp / "reports", io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["render", "--results", str(out), "--reports", str(reports), "--template", str(TEMPLATE),
+                     "--slug", "nvidia-h200", "--settings", settings_file])
+    return code, printed.getvalue(), reports
+
+
+@pytest.fixture(scope="module")
+def g3_report(g3_rendered):
+    """g3_rendered's report.md (the render command renders as gpu_reports.render, the goal its settings')."""
+    return g3_rendered[2] / "report.md"
 
 
 def test_report_renders_tables_figure_and_data_driven_findings(g3_report):
@@ -125,25 +141,20 @@ def test_the_check_shapes_say_which_kernels_were_checked_where():
                                     "B=3 H=5 S=128": ["br128", "hybrid_smem", *hopper]}
 
 
-def test_the_report_says_what_each_configured_kind_of_input_is(tmp_path):
+def test_the_report_says_what_each_configured_kind_of_input_is(g3_report):
     """Each kind the run checked is named with what it is, whichever kinds config lists (the records'
     two here) and in its order."""
-    out = results_folder(tmp_path, G3)
-    text = gpu_reports.render(out, tmp_path / "reports", TEMPLATE, "nvidia-h200", GOAL).read_text()
+    text = g3_report.read_text()
     assert records.INPUTS == ["normal", "late_max"]
     assert ("fresh random inputs of 2 kinds (normal: normal values; late_max: each row's maximum only in the "
             "last 64 keys)") in text
     assert set(attention.INPUT_KIND_TEXT) == set(attention.INPUT_KINDS)
 
 
-def test_the_render_log_names_every_file_it_wrote(tmp_path, capsys, settings_file):
-    from flashbench.cli import main
-
-    out = results_folder(tmp_path, G3)
-    reports = tmp_path / "reports"
-    assert main(["render", "--results", str(out), "--reports", str(reports), "--template", str(TEMPLATE),
-                 "--slug", "nvidia-h200", "--settings", settings_file]) == 0
-    logged = [line.removeprefix("wrote ") for line in capsys.readouterr().out.splitlines()]
+def test_the_render_log_names_every_file_it_wrote(g3_rendered):
+    code, printed, reports = g3_rendered
+    assert code == 0
+    logged = [line.removeprefix("wrote ") for line in printed.splitlines()]
     assert sorted(logged) == sorted(str(p) for p in reports.iterdir()) and len(logged) == 7
 
 

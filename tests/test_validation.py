@@ -10,7 +10,7 @@ from flashbench.summary import tidy_tables
 
 import records
 from records import edit, gather
-from conftest import ROOT, shipped_settings
+from conftest import ROOT, made_once, shipped_settings
 
 TFLOPS = {"v11": 140.0, "v12": 210.0, "v13": 220.0, "br128": 190.0, "hybrid_smem": 221.0}
 ARCHIVED = sorted(p.parent for p in (ROOT / "results").glob("*/summary.csv"))
@@ -205,15 +205,30 @@ GOAL = shipped_settings().goal  # the Hopper report's
 COMPARE_TEMPLATE = ROOT / "workflow" / "templates" / "compare.md.j2"
 
 
-@pytest.fixture
-def rendered(tmp_path):
-    """A results folder and the reports rendered from it, as a run leaves them."""
+@pytest.fixture(scope="module")
+def rendered_once(tmp_path_factory, worker_id):
+    """A results folder and the reports rendered from it, as a run leaves them: rendered once for the
+    test run (every worker's), for the tests below, which each damage a copy (rendered)."""
     from flashbench import gpu_comparison, gpu_reports
 
-    out = records.results_folder(tmp_path, TFLOPS)
-    gpu_reports.render(out, tmp_path / "reports", REPORT_TEMPLATE, "nvidia-h200", GOAL)
-    gpu_comparison.render([out], COMPARE_TEMPLATE, tmp_path / "reports" / "README.md", tmp_path / "reports" / "compare.png")
-    return out, tmp_path / "reports"
+    def render(tmp):
+        out = records.results_folder(tmp, TFLOPS)
+        gpu_reports.render(out, tmp / "reports", REPORT_TEMPLATE, "nvidia-h200", GOAL)
+        gpu_comparison.render([out], COMPARE_TEMPLATE, tmp / "reports" / "README.md", tmp / "reports" / "compare.png")
+
+    tmp = made_once(tmp_path_factory, worker_id, "validation-rendered", render)
+    return tmp / "results" / "nvidia-h200", tmp / "reports"
+
+
+@pytest.fixture
+def rendered(tmp_path, rendered_once):
+    """A copy of rendered_once's results folder and reports, file times kept, for a test to damage."""
+    import shutil
+
+    out, reports = tmp_path / "results" / "nvidia-h200", tmp_path / "reports"
+    shutil.copytree(rendered_once[0], out)
+    shutil.copytree(rendered_once[1], reports)
+    return out, reports
 
 
 def refused_by_both(out, reports, message):
