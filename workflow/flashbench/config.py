@@ -326,10 +326,10 @@ def read(path: Path | str) -> dict:
     return config
 
 
-def load(path: Path | str, root: Path | str | None = None) -> Settings:
-    """The validated settings of a config file; kernel sources are found under `root` (default: the
-    file's folder, where config.yaml sits beside kernels/)."""
-    return validate(read(path), root=Path(path).parent if root is None else root)
+def load(path: Path | str) -> Settings:
+    """The validated settings of a config file; kernel sources are found beside it (config.yaml sits
+    beside kernels/)."""
+    return validate(read(path), root=Path(path).parent)
 
 
 def digest(value) -> str:
@@ -338,7 +338,7 @@ def digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def load_settings(path: Path | str, root: Path | str = ".") -> Settings:
+def load_settings(path: Path | str) -> Settings:
     """The settings of a run from the file write_settings made of its validated config. Its name is its
     content's digest: a file edited since (or not written by the workflow) is refused rather than
     trusted without the schema."""
@@ -352,7 +352,7 @@ def load_settings(path: Path | str, root: Path | str = ".") -> Settings:
     if not isinstance(config, dict) or path.stem != digest(config):
         raise ConfigError(f"{path} is not a settings file the workflow wrote (its name is not its content's "
                           f"digest): let snakemake write it, or give the config file itself")
-    return validate(config, root, schema_checked=True)
+    return validate(config, ".", schema_checked=True)  # a command runs in the checkout
 
 
 def write_settings(config: dict, folder: Path | str) -> Path:
