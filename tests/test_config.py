@@ -3,7 +3,7 @@ import copy
 import pytest
 import yaml
 
-from flashbench.config import ConfigError, load, validate
+from flashbench.config import ConfigError, digest, load, load_settings, validate, write_settings
 
 from conftest import ROOT, snakemake
 
@@ -125,6 +125,16 @@ def test_a_config_without_its_goal_or_with_a_bad_one_is_refused_in_one_line_nami
     with pytest.raises(ConfigError, match=message) as refused:
         validate(edited(edit), root=ROOT)
     assert "\n" not in str(refused.value)
+
+
+def test_the_settings_file_keeps_configs_order_which_is_the_tables_order(tmp_path):
+    # peers listed against the alphabet: a settings file that sorted its keys would reorder the tables
+    config = edited(lambda c: c.update(peers=dict(reversed(list(c["peers"].items())))))
+    settings = load_settings(write_settings(config, tmp_path))
+    assert [p.name for p in settings.peers] == list(config["peers"]) != sorted(config["peers"])
+    assert [k.name for k in settings.kernels] == CONFIG["versions"]
+    # and the summary, which writes the tables in that order, reruns when only the order changes
+    assert digest(validate(config, ROOT).used_by("summarize")) != digest(validate(CONFIG, ROOT).used_by("summarize"))
 
 
 @pytest.mark.parametrize("value, shown", [(".nan", "nan"), (".inf", "inf"), ("-.inf", "-inf")])

@@ -67,3 +67,25 @@ def test_gits_own_commit_wins_and_a_differing_given_one_is_recorded_beside_it(mo
     monkeypatch.delenv("FLASHBENCH_GIT_COMMIT")
     assert git_commit(tmp_path)["git_commit"].startswith("unknown")
     assert len(git_commit(ROOT)["git_commit"].split("+")[0]) == 40
+
+
+def test_a_checkout_is_dirty_for_changed_code_not_for_an_archive_cleared_to_run_afresh(tmp_path):
+    import subprocess
+
+    from flashbench.gpu import _git_head
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for path in ("kernels/v11.cu", "results/nvidia-h200/summary.csv", "reports/nvidia-h200/report.md"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("x\n")
+    try:
+        subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+        subprocess.run([*git, "add", "."], cwd=tmp_path, check=True)
+        subprocess.run([*git, "commit", "-qm", "c"], cwd=tmp_path, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no working git here")
+    (tmp_path / "results/nvidia-h200/summary.csv").unlink()
+    (tmp_path / "reports/nvidia-h200/report.md").write_text("y\n")
+    assert not _git_head(tmp_path).endswith("+dirty")
+    (tmp_path / "kernels/v11.cu").write_text("y\n")
+    assert _git_head(tmp_path).endswith("+dirty")

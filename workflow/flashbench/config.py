@@ -334,8 +334,9 @@ def load(path: Path | str) -> Settings:
 
 def digest(value) -> str:
     """A short hash of a JSON-able value: what a rule's params carry of the settings it depends on, so
-    that Snakemake reruns it when they change (and only then)."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+    that Snakemake reruns it when they change (and only then). Order counts: the order of config's
+    kernels and peers is the order of the tables."""
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
 
 
 def load_settings(path: Path | str) -> Settings:
@@ -361,7 +362,7 @@ def write_settings(config: dict, folder: Path | str) -> Path:
     different overlays never share one and rewriting it changes nothing (written whole, once)."""
     from .files import write_text
 
-    text = json.dumps(config, indent=1, sort_keys=True) + "\n"
+    text = json.dumps(config, indent=1) + "\n"  # in config's order, which is the tables' order
     path = Path(folder) / f"{digest(config)}.json"
     if not path.is_file() or path.read_text() != text:
         write_text(path, text)

@@ -82,11 +82,14 @@ def require() -> GPU:
 
 
 def _git_head(root: Path | str) -> str | None:
-    """HEAD of the checkout at `root`, '+dirty' if tracked files changed; None where git does not work."""
+    """HEAD of the checkout at `root`, '+dirty' if tracked files other than the archive (results/,
+    reports/: what a run remakes, and may have been cleared to run afresh) changed; None where git does
+    not work."""
     git = ["git", "-c", "safe.directory=*"]  # a copied checkout may belong to another user
     try:
         head = subprocess.run([*git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)results", ":(exclude)reports"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
