@@ -67,12 +67,15 @@ def test_an_import_planted_in_a_command_is_found(tmp_path, monkeypatch):
     cli = package / "cli.py"
     cli.write_text(cli.read_text().replace("    from .pages import absent_page, render\n",
                                            "    from .pages import absent_page, render\n    from . import headtohead\n"))
+    caches = (codegraph._tree, codegraph._module_uses, codegraph.command_modules)  # what was read of the package
     monkeypatch.setattr(codegraph, "PACKAGE", package)
-    codegraph._tree.cache_clear()
+    for cache in caches:
+        cache.cache_clear()
     try:
         assert "headtohead" in codegraph.command_modules("pages")
     finally:
-        codegraph._tree.cache_clear()
+        for cache in caches:
+            cache.cache_clear()
 
 
 # One process runs every command below, each in a fork of its own that has imported only cli of the

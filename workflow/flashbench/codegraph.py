@@ -57,6 +57,14 @@ def _uses(nodes) -> tuple[set[str], set[str]]:
     return {m for m in modules if _is_module(m)}, commands
 
 
+@functools.cache
+def _module_uses(module: str) -> tuple[frozenset[str], frozenset[str]]:
+    """_uses of a whole module, read once per process (a Snakemake run asks for a command's files at
+    every rule that runs it)."""
+    modules, commands = _uses([_tree(module)])
+    return frozenset(modules), frozenset(commands)
+
+
 def _cli_functions() -> dict[str, ast.FunctionDef]:
     return {node.name: node for node in _tree("cli").body if isinstance(node, ast.FunctionDef)}
 
@@ -84,7 +92,8 @@ def command_function(command: str) -> str:
     return choices[command].get_default("run").__name__
 
 
-def command_modules(command: str) -> set[str]:
+@functools.cache
+def command_modules(command: str) -> frozenset[str]:
     """The package modules `python -m flashbench <command>` runs (names, as `timing`)."""
     functions = _cli_functions()
     top = [node for node in _tree("cli").body if not isinstance(node, (ast.FunctionDef, ast.ClassDef))]
@@ -99,11 +108,11 @@ def command_modules(command: str) -> set[str]:
         seen.add(module)
         if module == "cli":
             continue  # its functions are followed above, command by command
-        found, started = _uses([_tree(module)])
+        found, started = _module_uses(module)
         todo += list(found)
         for other in started - {command}:
             todo += list(command_modules(other))
-    return seen
+    return frozenset(seen)
 
 
 def command_files(command: str, folder: str = "workflow/flashbench") -> list[str]:

@@ -79,8 +79,8 @@ def _legend_outside(ax, handles_by_title: dict[str, list]) -> None:
                            frameon=False, alignment="left")
         ax.add_artist(legend)
         legend.set_clip_on(False)  # counted in the layout, which leaves it room
-        ax.figure.canvas.draw()  # the legend's height, to put the next one under it
-        top = ax.transAxes.inverted().transform(legend.get_window_extent())[0][1] - 0.03
+        extent = legend.get_window_extent(ax.figure.canvas.get_renderer())  # its height, to put the next under it
+        top = ax.transAxes.inverted().transform(extent)[0][1] - 0.03
 
 
 def bars_figure(bars: list[dict], order: list[str], kinds: dict[str, str], title: str, path: Path) -> None:
