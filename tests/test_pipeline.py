@@ -13,7 +13,7 @@ import pytest
 from flashbench import gpu
 
 from browser import CHROMIUM, Browser
-from conftest import ROOT, a_gpu_here, copy_checkout, snakemake, with_build, with_stub
+from conftest import ROOT, a_gpu_here, copy_checkout, made_once, snakemake, with_build, with_stub
 
 pytestmark = pytest.mark.usefixtures("needs_nvcc")
 
@@ -159,12 +159,17 @@ def test_without_a_gpu_report_compiles_and_rerenders_the_archive(checkout, setti
         in proc.stderr
 
 
-@pytest.fixture(scope="module")
-def reported(tmp_path_factory, built):
+@pytest.fixture(scope="session")
+def reported(tmp_path_factory, worker_id, built):
     """A clone after `snakemake compile`, every archived report due, then `snakemake report` (no
-    GPU): the checkout and that run."""
-    checkout = with_archive(with_build(copy_checkout(tmp_path_factory.mktemp("reported")), built))
-    return checkout, snakemake(checkout, "report")
+    GPU): the checkout and that run, made once for every test worker."""
+    def report(checkout):
+        run = snakemake(with_archive(with_build(copy_checkout(checkout), built)), "report")
+        checkout.with_suffix(".run.json").write_text(json.dumps([run.returncode, run.stdout, run.stderr]))
+
+    checkout = made_once(tmp_path_factory, worker_id, "reported", report)
+    returncode, stdout, stderr = json.loads(checkout.with_suffix(".run.json").read_text())
+    return checkout, subprocess.CompletedProcess(["snakemake", "report"], returncode, stdout, stderr)
 
 
 @NO_GPU
