@@ -387,17 +387,46 @@ def test_a_define_that_a_shell_would_run_is_refused_before_nvcc(tmp_path, settin
     assert not marker.exists()
 
 
-def test_the_same_source_builds_the_same_cubin_in_any_checkout(tmp_path, settings, needs_nvcc, monkeypatch):
+def test_the_same_source_builds_the_same_cubin_and_record_in_any_checkout_and_toolkit_folder(tmp_path, settings,
+                                                                                            needs_nvcc, monkeypatch):
     """Two copies in folders of different depth, their files of different times (as two clones made
-    at different times): the same cubin, byte for byte, with its line info still there."""
-    hashes = []
+    at different times), the second built by the same nvcc reached through another folder (as on a
+    machine where the toolkit is installed elsewhere): the same cubin, byte for byte, with its line
+    info still there, and the same record."""
+    import subprocess
+
+    dryrun = subprocess.run(["nvcc", "--dryrun", "-ptx", "x.cu"], capture_output=True, text=True).stderr
+    toolkit = Path(re.search(r"^#\$ TOP=(.+)$", dryrun, re.M)[1]).resolve()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "cuda").symlink_to(toolkit)
+    records = []
     for i, folder in enumerate([tmp_path / "a", tmp_path / "deeper" / "clone"]):
         shutil.copytree(ROOT / "kernels", folder / "kernels")
         for source in (folder / "kernels").iterdir():
             os.utime(source, (1e9 + i * 1e6, 1e9 + i * 1e6))
         monkeypatch.chdir(folder)
-        record = compile_kernel("v14", "kernels/v14.cu", "sm_90a", settings.nvcc_flags, {}, "build/v14.cubin")
-        hashes.append(record["cubin_sha256"])
+        if i:
+            monkeypatch.setenv("PATH", f"{tmp_path / 'elsewhere' / 'cuda' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        records.append(compile_kernel("v14", "kernels/v14.cu", "sm_90a", settings.nvcc_flags, {}, "build/v14.cubin"))
         assert str(folder) not in (folder / "build" / "v14.cubin").read_bytes().decode("latin-1")
-    assert hashes[0] == hashes[1]
-    assert '.file\t1 "kernels/v14.cu", 1, ' in (folder / "build" / "v14.ptx").read_text()
+    assert records[0] == records[1]
+    ptx = (folder / "build" / "v14.ptx").read_text()
+    assert '.file\t1 "kernels/v14.cu", 1, ' in ptx and '"<cuda>/include/cuda_fp16.hpp", 1, ' in ptx
+
+
+def test_a_toolkit_header_is_named_alike_whichever_of_the_toolkits_folders_is_the_real_one(tmp_path):
+    """One toolkit installed with include/ the real folder and targets/<t>/include a link to it, the
+    other the other way round (a wheel's layout, a runfile's): cicc names a header through
+    targets/<t>/include either way, and the line info names it alike."""
+    from flashbench.compile import reproducible_line_info
+
+    for name, real, link in (("wheel", "include", "targets/x86_64-linux/include"),
+                             ("runfile", "targets/x86_64-linux/include", "include")):
+        (tmp_path / name / real).mkdir(parents=True)
+        (tmp_path / name / real / "cuda_fp16.hpp").write_text("x" * 120)
+        (tmp_path / name / link).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name / link).symlink_to(tmp_path / name / real)
+        (tmp_path / name / "bin").mkdir()
+    lines = [reproducible_line_info(f'\t.file\t4 "{tmp_path / name}/bin/../targets/x86_64-linux/include/cuda_fp16.hpp"\n')
+             for name in ("wheel", "runfile")]
+    assert lines == ['\t.file\t4 "<cuda>/include/cuda_fp16.hpp", 1, 120\n'] * 2

@@ -149,18 +149,37 @@ def cubin_command(ptx: Path, arch: str, flags: list[str], cubin: Path) -> list[s
 
 
 _PTX_FILE = re.compile(r'^(\s*\.file\s+\d+\s+)"([^"]+)"(?:\s*,\s*\d+\s*,\s*\d+)?[ \t]*$', re.M)
+# A toolkit header, as cicc names it: by the way nvcc reached it, <toolkit>/bin/../targets/<target>/include/<name>
+_TOOLKIT_HEADER = re.compile(r"^.+/bin/\.\./targets/[^/]+/include/(?P<name>.+)$")
+TOOLKIT_INCLUDE = "<cuda>/include"  # what the line info calls the toolkit's include folder
+
+
+def line_info_path(path: str) -> str:
+    """What the line info names a file by: a toolkit header by its name in the toolkit's include folder
+    (TOOLKIT_INCLUDE: where the toolkit is installed, and whether its include/ or its targets/ folder is
+    the real one, differs between machines with the same nvcc), any other file as in_checkout does."""
+    header = _TOOLKIT_HEADER.match(path)
+    return f"{TOOLKIT_INCLUDE}/{header['name']}" if header else in_checkout(path)
 
 
 def reproducible_line_info(ptx_text: str) -> str:
     """The PTX's `.file` entries (its line info, which -lineinfo carries into the cubin) made the same in
-    every checkout: cicc writes absolute paths, and ptxas, given no time and size, records the files'
-    own, and a checkout's file times are when it was made. Each path becomes the one in the checkout,
-    its time 1 (the format's 0 means "look it up") and its size its own."""
+    every checkout and on every machine with the same nvcc: cicc writes absolute paths, and ptxas,
+    given no time and size, records the files' own, and a checkout's file times are when it was made.
+    Each path becomes line_info_path's, its time 1 (the format's 0 means "look it up") and its size its
+    own."""
     def entry(m):
         size = os.path.getsize(m[2]) if os.path.isfile(m[2]) else 0  # 0: unknown, as DWARF has it
-        return f'{m[1]}"{in_checkout(m[2])}", 1, {size}'
+        return f'{m[1]}"{line_info_path(m[2])}", 1, {size}'
 
     return _PTX_FILE.sub(entry, ptx_text)
+
+
+def as_recorded(command: list[str]) -> str:
+    """A command line as a record states it: nvcc by its name, since where it is installed differs
+    between machines (the record gives its version), so that the same build gives the same record on
+    each."""
+    return shlex.join([Path(command[0]).name, *command[1:]])
 
 
 def _run(cmd: list[str], what: str) -> str:
@@ -221,7 +240,7 @@ def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], d
         "source": str(source),
         "defines": defines,
         "nvcc": nvcc_version(),
-        "command": " && ".join(shlex.join(c) for c in commands),
+        "command": " && ".join(map(as_recorded, commands)),
         "source_sha256": sha256(source),
         "headers_sha256": {p.name: sha256(p) for p in sorted(source.parent.glob("*.cuh"))},
         "cubin_sha256": sha256(cubin),
