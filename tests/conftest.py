@@ -103,15 +103,20 @@ def _snakemake_cli():
 
 
 @functools.cache
-def _import_graph() -> dict[str, frozenset[str]]:
-    """codegraph.command_modules of every command, computed once for the session by the process that
-    forks Snakemake (snakemake() below). The Snakefile asks it for each rule's code inputs, and it reads
-    the installed package's source (codegraph.PACKAGE, the same files in every checkout, unchanged while
-    the tests run) afresh each time: over a second of every Snakemake run."""
-    from flashbench import cli, codegraph
+def _commands() -> list[str]:
+    from flashbench import cli
 
-    commands = next(a for a in cli.parser()._actions if a.dest == "command").choices
-    return {command: frozenset(codegraph.command_modules(command)) for command in commands}
+    return list(next(a for a in cli.parser()._actions if a.dest == "command").choices)
+
+
+def _read_import_graph() -> None:
+    """codegraph.command_modules of every command, in the process that forks Snakemake (snakemake()
+    below): codegraph keeps them for the process, so every fork starts with them, where the Snakefile
+    asks for each rule's code inputs (the installed package's source, the same files in every checkout)."""
+    from flashbench import codegraph
+
+    for command in _commands():
+        codegraph.command_modules(command)
 
 
 def with_stub(tmp_path: Path, name: str, script: str) -> dict:
@@ -135,7 +140,7 @@ def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
     environment, $PYTHONPATH on its path as a new interpreter would have it."""
     argv = ["snakemake", "--nolock", *map(str, args)]
     cli = _snakemake_cli()
-    graph = _import_graph()
+    _read_import_graph()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         pid = os.fork()
         if pid == 0:
@@ -152,10 +157,6 @@ def snakemake(cwd, *args, env=None) -> subprocess.CompletedProcess:
                 sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
                 shell = importlib.import_module("snakemake.shell")  # the module: the package's `shell` is its class
                 shell.STDOUT = sys.stdout  # what it binds on import: its jobs' stdout
-                from flashbench import codegraph
-
-                computed = codegraph.command_modules
-                codegraph.command_modules = lambda command: set(graph[command]) if command in graph else computed(command)
                 sys.argv = argv
                 cli.main(argv[1:])
             except SystemExit as e:

@@ -343,7 +343,7 @@ def test_the_hopper_line_gets_its_own_report_and_the_chapters_stays_as_it_is(tmp
     slow = results_folder(tmp_path / "c", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER,
                           paired={"v15": 550.0, "v14": 436.0, "sdpa_auto": 560.0})
     tables = archive_tables.read_tables(slow)
-    goal = hopper_report.context(*tables, GOAL, **archive_tables.read_paired(slow, tables[3]))["goal_verdicts"]
+    goal = hopper_report.context(*tables, GOAL, **archive_tables.read_paired(slow, tables[3], tables[0]))["goal_verdicts"]
     assert goal["best"] == "v15" and goal["complete"] and not goal["reached"]
     assert "sdpa_auto at case (graph)" in goal["behind"]
     none = results_folder(tmp_path / "d", {**G3, "v14": 436.0, "v15": 550.0}, kernels=records.KERNELS + records.HOPPER)

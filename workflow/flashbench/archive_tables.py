@@ -55,17 +55,15 @@ def read_tables(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd
     return summary, resources, profile, meta
 
 
-def read_paired(results_dir: Path | str, meta: dict, summary: pd.DataFrame | None = None) -> dict:
+def read_paired(results_dir: Path | str, meta: dict, summary: pd.DataFrame) -> dict:
     """head_to_head.csv and cycles.csv, where the run that wrote kernels.json made them (a table left
     by an earlier run is not this run's: its report says the run had no such stage), each checked
-    against kernels.json and summary.csv (read here where not given: the lengths the sweep found no
-    kernel at are those the head-to-head and the counts pass over)."""
+    against kernels.json and summary.csv (the lengths the sweep found no kernel at are those the
+    head-to-head and the counts pass over)."""
     from .cycles import COLUMNS as CYCLES_COLUMNS
     from .headtohead import COLUMNS as HEAD_TO_HEAD_COLUMNS
 
     results_dir = Path(results_dir)
-    if summary is None and (meta.get("head_to_head") or meta.get("cycles")):
-        summary = read_table(results_dir / "summary.csv", SUMMARY_COLUMNS)
     tables = {}
     for name, columns, problem in (("head_to_head", HEAD_TO_HEAD_COLUMNS, head_to_head_problem),
                                    ("cycles", CYCLES_COLUMNS, cycles_problem)):
@@ -115,10 +113,6 @@ class _Refused(Exception):
     """What is wrong with a row (raised by the readers of its cells, said with the row's line)."""
 
 
-def _empty(value) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
-
-
 def _as_float(value) -> float | None:
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return float(value)
@@ -132,7 +126,7 @@ def _as_float(value) -> float | None:
 
 def _cell(row: dict, column: str, may_be_empty: bool) -> float | None:
     raw = row[column]
-    if _empty(raw):
+    if nan_as_none(raw) is None:
         if may_be_empty:
             return None
         raise _Refused(f"no {column}")
@@ -168,13 +162,13 @@ def _flag(row: dict, column: str) -> bool:
     raw = row[column]
     if (isinstance(raw, str) or type(raw).__name__ in ("bool", "bool_")) and str(raw) in ("True", "False"):
         return str(raw) == "True"
-    raise _Refused(f"no {column}" if _empty(raw) else f"{column} {raw!r} is neither True nor False")
+    raise _Refused(f"no {column}" if nan_as_none(raw) is None else f"{column} {raw!r} is neither True nor False")
 
 
 def _text(row: dict, column: str) -> str:
     raw = row[column]
     if not isinstance(raw, str) or not raw:
-        raise _Refused(f"no {column}" if _empty(raw) else f"{column} {raw!r} is not a name")
+        raise _Refused(f"no {column}" if nan_as_none(raw) is None else f"{column} {raw!r} is not a name")
     return raw
 
 
@@ -228,8 +222,6 @@ def _known(meta: dict, name: str) -> dict:
 def _sweep_refusals(summary) -> set[tuple[str, int]]:
     """(name, S) where the sweep found no kernel of `name` at length S (summary.csv has its row there
     untimed, with the reason): the head-to-head and the cycle counts pass over that length too."""
-    if summary is None:
-        return set()
     sweep = summary[(summary.series == "sweep") & summary.tflops.isna() & summary.reason.notna()]
     return {(name, int(S)) for name, S in zip(sweep.kernel, sweep.S)}
 
@@ -269,7 +261,7 @@ def contestants(meta: dict) -> list[str]:
     return [*(meta.get("headline") or []), *((meta.get("head_to_head") or {}).get("rivals") or [])]
 
 
-def head_to_head_problem(table, meta: dict, summary=None) -> str | None:
+def head_to_head_problem(table, meta: dict, summary) -> str | None:
     """What is wrong with head_to_head.csv read back beside kernels.json (`meta`, of a run with a
     head-to-head) and summary.csv, or None. A row: a headline version against one of its rivals (the
     later headline versions, then config's rivals) at a point of the head-to-head, both having passed
@@ -327,7 +319,7 @@ def head_to_head_problem(table, meta: dict, summary=None) -> str | None:
                                            "where kernels.json says both were run")
 
 
-def cycles_problem(table, meta: dict, summary=None) -> str | None:
+def cycles_problem(table, meta: dict, summary) -> str | None:
     """What is wrong with cycles.csv read back beside kernels.json (`meta`, of a run that counted
     cycles) and summary.csv, or None. A row: a kernel or peer that passed its check, at the case or
     (a contestant of the head-to-head) at one of its points; its cycles (median, least, most)

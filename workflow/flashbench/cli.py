@@ -28,6 +28,13 @@ from .validation import Expected, read_record
 _STARTED = time.monotonic()
 
 
+def _asked_for(value, what: str, keys: str):
+    """A stage's part of the settings (`value`), or the error that the run did not ask for the stage."""
+    if not value:
+        raise FlashbenchError(f"no {what} in the settings (config {keys})")
+    return value
+
+
 def _write_record(a, record: dict) -> None:
     """A stage's record at --out, naming what it was made from (--depends-on: the job's inputs) with
     their sha256, by which the workflow knows it up to date whatever the files' times."""
@@ -217,9 +224,7 @@ def cmd_sweep(a) -> None:
     from .timing import sweep
 
     settings = a.settings
-    if not settings.sweep:
-        raise FlashbenchError("no sweep in the settings (config key 'sweep')")
-    counts = settings.sweep
+    counts = _asked_for(settings.sweep, "sweep", "key 'sweep'")
 
     def run(kernel, seed, sampler):
         points = sweep(kernel, settings.sweep_shapes(), counts["steps"], settings.case.S, counts["repeats"],
@@ -277,8 +282,7 @@ def cmd_head_to_head(a) -> None:
     from .headtohead import measure
 
     settings = a.settings
-    if not settings.head_to_head:
-        raise FlashbenchError("no head-to-head in the settings (config keys 'headline' and 'head_to_head')")
+    _asked_for(settings.head_to_head, "head-to-head", "keys 'headline' and 'head_to_head'")
     shape = settings.head_to_head_shape(a.S)
     checks, cubins = _by_name(a.checks, "--checks"), _by_name(a.cubins, "--cubins")
     for cubin in cubins.values():
@@ -335,9 +339,7 @@ def cmd_cycles(a) -> None:
     from .cycles import count, points
 
     settings = a.settings
-    if not settings.cycles:
-        raise FlashbenchError("no cycle counts in the settings (config key 'cycles')")
-    launches = settings.cycles["launches"]
+    launches = _asked_for(settings.cycles, "cycle counts", "key 'cycles'")["launches"]
     check = read_record(a.check, "check")
     if _refused(check, a, "counted"):
         return
@@ -366,11 +368,10 @@ def cmd_launch_marked(a) -> None:
     from .cycles import launch_marked
 
     settings = a.settings
-    if not settings.cycles:
-        raise FlashbenchError("no cycle counts in the settings (config key 'cycles')")
+    launches = _asked_for(settings.cycles, "cycle counts", "key 'cycles'")["launches"]
     with _gpu_held(f"launch-marked {_name(a)}"):  # under `cycles`, its parent holds the GPU already
         impl = _kernel(a)
-        ran = launch_marked(impl, settings.cycle_shapes(impl.name), settings.cycles["launches"])
+        ran = launch_marked(impl, settings.cycle_shapes(impl.name), launches)
         if a.identity_out:
             write_json(a.identity_out, {"identity": impl.identity, "shapes": [s.as_dict() for s in ran]})
 

@@ -24,7 +24,7 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     if slugify(slug) != slug:
         raise FlashbenchError(f"slug {slug!r}: not a GPU's folder name (such as nvidia-h200)")
     tables = read_tables(results_dir)
-    paired = read_paired(results_dir, tables[3])
+    paired = read_paired(results_dir, tables[3], tables[0])
     report_dir = Path(report_dir)
     with staged_folder(report_dir, list(WRITTEN)) as staging:
         gpu_name = chapter_report.render(*tables, template, staging, slug)

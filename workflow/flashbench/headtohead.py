@@ -77,7 +77,7 @@ def verdict(ci_low: float, ci_high: float, level_within: float) -> str:
 
 
 def ratio_and_verdict(version_s: list[float], rival_s: list[float], confidence: float, resamples: int,
-            level_within: float) -> dict:
+                      level_within: float) -> dict:
     """The paired comparison of two contestants' per-round times by one method."""
     ratios = paired_ratios(version_s, rival_s)
     low, high = median_interval(ratios, confidence, resamples)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from .archive_tables import by_s, nan_as_none, sweep_rows
+from .archive_tables import contestants as archive_contestants
 from .chapter_report import correctness
 from .config import Goal
 from .figures import sweep_figure, tflops_figure
@@ -158,9 +159,7 @@ def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
     """The cycles of everything at the case, and of the head-to-head's contestants at every length."""
     if table is None or table.empty:
         return None
-    headline = meta.get("headline") or []
-    contestants = [n for n in headline + list((meta.get("head_to_head") or {}).get("rivals", []))
-                   if n in set(table.kernel)]
+    contestants = [n for n in archive_contestants(meta) if n in set(table.kernel)]
     at_case = [{"kernel": r.kernel, "cycles": float(r.cycles), "spread": float((r.cycles_max - r.cycles_min) / r.cycles),
                 "efficiency": float(r.efficiency_per_cycle), "tensor_pipe_pct": float(r.tensor_pipe_pct),
                 "kernels_per_call": int(r.kernels_per_call)}

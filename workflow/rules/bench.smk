@@ -4,7 +4,7 @@ if GPU_MODE:
 
     rule bench_kernel:
         input:
-            unpack(kernel_inputs("bench", "bench")),
+            unpack(kernel_inputs("bench")),
         output:
             archive_output(f"results/{GPU_SLUG}/bench/{{kernel}}.json"),
         log:
@@ -20,7 +20,7 @@ if GPU_MODE:
 
     rule bench_peer:
         input:
-            unpack(peer_inputs("bench", "bench")),
+            unpack(peer_inputs("bench")),
         output:
             archive_output(f"results/{GPU_SLUG}/bench/{{peer}}.json"),
         log:

@@ -4,7 +4,7 @@ if GPU_MODE:
 
     rule check_kernel:
         input:
-            unpack(kernel_inputs("check", "check", check=False)),
+            unpack(kernel_inputs("check", check=False)),
         output:
             archive_output(f"results/{GPU_SLUG}/check/{{kernel}}.json"),
         log:
@@ -20,7 +20,7 @@ if GPU_MODE:
 
     rule check_peer:
         input:
-            unpack(peer_inputs("check", "check", check=False)),
+            unpack(peer_inputs("check", check=False)),
         output:
             archive_output(f"results/{GPU_SLUG}/check/{{peer}}.json"),
         log:

@@ -177,14 +177,14 @@ def peer_files(w, check=True):
     return {"check": f"results/{GPU_SLUG}/check/{w.peer}.json"} if check else {}
 
 
-def kernel_inputs(stage, command, check=True):
-    """A kernel's GPU job's inputs: kernel_files and its command's code."""
-    return measured(stage, lambda w: {**kernel_files(w, check), "code": command_code(command)})
+def kernel_inputs(stage, check=True):
+    """A kernel's GPU job's inputs: kernel_files and the code of its command (the stage's name)."""
+    return measured(stage, lambda w: {**kernel_files(w, check), "code": command_code(stage)})
 
 
-def peer_inputs(stage, command, check=True):
-    """A peer's GPU job's inputs: peer_files and its command's code."""
-    return measured(stage, lambda w: {**peer_files(w, check), "code": command_code(command)})
+def peer_inputs(stage, check=True):
+    """A peer's GPU job's inputs: peer_files and the code of its command (the stage's name)."""
+    return measured(stage, lambda w: {**peer_files(w, check), "code": command_code(stage)})
 
 
 def compile_records():

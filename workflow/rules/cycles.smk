@@ -5,7 +5,7 @@ if CYCLES:
 
     rule cycles_kernel:
         input:
-            unpack(kernel_inputs("cycles", "cycles")),
+            unpack(kernel_inputs("cycles")),
         output:
             archive_output(f"results/{GPU_SLUG}/cycles/{{kernel}}.json"),
         log:
@@ -22,7 +22,7 @@ if CYCLES:
 
     rule cycles_peer:
         input:
-            unpack(peer_inputs("cycles", "cycles")),
+            unpack(peer_inputs("cycles")),
         output:
             archive_output(f"results/{GPU_SLUG}/cycles/{{peer}}.json"),
         log:

@@ -5,9 +5,7 @@ if PROFILE:
     rule profile_kernel:
         input:
             unpack(measured("profile", lambda w: {
-                "cubin": build_of(w.kernel, "cubin"),
-                "record": build_of(w.kernel, "json"),
-                "check": f"results/{GPU_SLUG}/check/{w.kernel}.json",
+                **kernel_files(w),
                 "source": KERNELS[w.kernel].source,  # the stalls are attributed to its lines
                 "code": command_code("profile"),
             })),

@@ -4,7 +4,7 @@ if GPU_MODE and SETTINGS.sweep:
 
     rule sweep_kernel:
         input:
-            unpack(kernel_inputs("sweep", "sweep")),
+            unpack(kernel_inputs("sweep")),
         output:
             archive_output(f"results/{GPU_SLUG}/sweep/{{kernel}}.json"),
         log:
@@ -20,7 +20,7 @@ if GPU_MODE and SETTINGS.sweep:
 
     rule sweep_peer:
         input:
-            unpack(peer_inputs("sweep", "sweep")),
+            unpack(peer_inputs("sweep")),
         output:
             archive_output(f"results/{GPU_SLUG}/sweep/{{peer}}.json"),
         log:
