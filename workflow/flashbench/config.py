@@ -316,9 +316,11 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
 
 def read(path: Path | str) -> dict:
     """The config mapping in a YAML file, not yet validated."""
+    from . import schemas
+
     path = Path(path)
     try:
-        config = yaml.safe_load(path.read_text())
+        config = schemas.parse_yaml(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read {path}: {e}") from None
     if not isinstance(config, dict):

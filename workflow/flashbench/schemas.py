@@ -24,10 +24,20 @@ Validator = jsonschema.validators.extend(
 )
 
 
+# libyaml's safe loader where PyYAML was built with it (its wheels are): the same documents, parsed
+# about ten times faster than by the pure-Python one, which a dry run would spend a third of its time in
+SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str):
+    """A YAML document as yaml.safe_load parses it."""
+    return yaml.load(text, Loader=SafeLoader)
+
+
 @functools.cache
 def load(name: str) -> dict:
     """workflow/schemas/<name>.schema.yaml, parsed once per process (callers only read it)."""
-    return yaml.safe_load((FOLDER / f"{name}.schema.yaml").read_text())
+    return parse_yaml((FOLDER / f"{name}.schema.yaml").read_text())
 
 
 def key_name(path) -> str:
