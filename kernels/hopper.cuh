@@ -227,6 +227,124 @@ __device__ __forceinline__ const half* tile_element(const half* tile, int r, int
                                        r * kBoxRowBytes + ((chunk ^ (r % 8)) * 16) + (c % 8) * 2);
 }
 
+
+// ==== the machinery of a warp-specialised persistent kernel (V25 on) =================================
+// V18-V24 each wrote these inline; from V25 on a version file holds its schedule and takes them here.
+
+// ---- TMA over [B][H][S][D] by head (4-D maps, V25 on) --------------------------------------------
+// A map of rank 4 has dims {D, S, H, B} (innermost first) and its own bound on S: a box that reaches
+// past the head's last row is filled with zeros on a load and clipped on a store, so S may be any
+// length and a tile never reads into the next head. coords: {column, row in the head, head, batch}.
+// The mbarrier still counts the whole box's bytes, the filled ones included.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row,
+                                            int head, int batch) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(head), "r"(batch), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* src, int col, int row, int head,
+                                             int batch) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(col), "r"(row), "r"(head), "r"(batch), "r"(smem_addr(src))
+               : "memory");
+}
+// A [rows][128] fp16 tile of one head from `row` on: two boxes, head columns 0-63 then 64-127.
+template <int kRows>
+__device__ __forceinline__ void tma_load_head_tile(half* dst, const CUtensorMap* map, uint64_t* bar, int row, int head,
+                                                   int batch) {
+  tma_load_4d(dst, map, bar, 0, row, head, batch);
+  tma_load_4d(dst + kRows * kBoxCols, map, bar, kBoxCols, row, head, batch);
+}
+
+// ---- a ring of buffers, each with a full and an empty barrier ----------------------------------------
+// The position of the next buffer to fill (the producer's) or to use (a consumer's): stage s of the
+// ring, and the parity of that stage's current use. Both sides walk the same sequence of tiles, one
+// advance() per tile, so they agree on every tile's stage without telling each other. A consumer
+// waits for full[stage] at `phase`; the producer waits for empty[stage] at `phase ^ 1`, which on
+// the first round is the phase before a fresh barrier's first and so is already complete.
+template <int kStages>
+struct Ring {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+  __device__ __forceinline__ int previous_stage() const { return stage == 0 ? kStages - 1 : stage - 1; }
+};
+
+// ---- the persistent grid's work tiles, longest first in sections of heads --------------------------
+// A work tile is one row tile of one head. The work tiles go in the order below, and round k of the
+// grid's G = gridDim.x blocks takes work tiles kG .. kG + G - 1, block b the b-th of them in even
+// rounds and the (G - 1 - b)-th in odd ones (a snake), so that the blocks run about the same work:
+//   - heads go in sections of `section_heads` (the last one may be smaller): the blocks running at
+//     once share their heads' K and V in L2;
+//   - inside a section, row tiles go from the last to the first, each over the section's heads:
+//     under a causal mask the last row tile reads the most key tiles, so the longest go first and
+//     the shortest fill in at the end (the longest-processing-time rule), and the snake evens out
+//     what each round's first blocks take more than its last; without a mask every tile is the
+//     same length, and with one head per section the order is V24's, head by head.
+struct WorkTile {
+  int row_tile, head, batch;
+};
+struct WorkTiles {
+  int row_tiles, batch_heads, heads, section_heads;
+  __device__ __forceinline__ int count() const { return row_tiles * batch_heads; }
+  // The work tile this block takes in its round `round`, or -1: it has none left.
+  __device__ __forceinline__ int of_block(int round) const {
+    const int blocks = gridDim.x, slot = round % 2 ? blocks - 1 - blockIdx.x : blockIdx.x;
+    const int w = round * blocks + slot;
+    return w < count() ? w : -1;
+  }
+  __device__ __forceinline__ WorkTile operator[](int w) const {
+    if (section_heads == 1) {  // head by head (a constant where the kernel says so: two divisions, not five)
+      const int batch_head = w / row_tiles;
+      return {row_tiles - 1 - (w - batch_head * row_tiles), batch_head % heads, batch_head / heads};
+    }
+    const int section_tiles = section_heads * row_tiles, section = w / section_tiles;
+    const int first_head = section * section_heads, in_section = w - section * section_tiles;
+    const int width = min(section_heads, batch_heads - first_head);  // heads in this section
+    const int batch_head = first_head + in_section % width;
+    return {row_tiles - 1 - in_section / width, batch_head % heads, batch_head / heads};
+  }
+};
+
+// ---- epilogue: a warpgroup's 64 rows of O, normalised, into the swizzled O tile (V19 on) -------------
+// stmatrix x4 number j writes head columns 16j..16j+15 of the warp's 16 rows: its four 8x8 matrices
+// are (rows 0-7, n8 block 2j), (rows 8-15, 2j), (rows 0-7, 2j + 1), (rows 8-15, 2j + 1), i.e.
+// accumulators o_acc[8j + 0..1], [8j + 2..3], [8j + 4..5], [8j + 6..7] of this thread (row g or g + 8,
+// columns 2 quad, 2 quad + 1 of the block: stmatrix's own fragment). Lane l gives the address of row
+// l % 8 of matrix l / 8: tile row st_row, 16-byte chunk 2j + l / 16 of its 256 bytes, in half chunk / 8
+// at swizzled chunk (chunk % 8) ^ (st_row % 8). `inv`: 1 / the row sums of rows g and g + 8.
+template <int kTileRows>
+__device__ __forceinline__ void write_o_rows(half* o_tile, int first_row, const float (&o_acc)[64],
+                                             const float (&inv)[2]) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int st_row = first_row + warp * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+  const uint32_t st_base = smem_addr(o_tile) + st_row * kBoxRowBytes;
+#pragma unroll
+  for (int j = 0; j < kHeadDim / 16; ++j) {
+    const int chunk = 2 * j + lane / 16;
+    const uint32_t addr = st_base + (chunk / 8) * (kTileRows * kBoxRowBytes) + ((chunk % 8) ^ (st_row % 8)) * 16;
+    stmatrix_x4(addr, pack_half2(o_acc[8 * j + 0] * inv[0], o_acc[8 * j + 1] * inv[0]),
+                pack_half2(o_acc[8 * j + 2] * inv[1], o_acc[8 * j + 3] * inv[1]),
+                pack_half2(o_acc[8 * j + 4] * inv[0], o_acc[8 * j + 5] * inv[0]),
+                pack_half2(o_acc[8 * j + 6] * inv[1], o_acc[8 * j + 7] * inv[1]));
+  }
+}
+
+// ---- launch guard of a kernel on 4-D maps ------------------------------------------------------------
+// Any S of at least one row: the logical grid is ceil(S / block_rows) row tiles of batch_heads = B*H
+// heads, heads of them per batch.
+__device__ __forceinline__ void require_head_tiles_cover(int seq_len, int row_tiles, int batch_heads, int heads,
+                                                         int block_rows) {
+  if (seq_len < 1 || row_tiles != (seq_len + block_rows - 1) / block_rows || heads < 1 || batch_heads < heads ||
+      batch_heads % heads != 0 || gridDim.y != 1)
+    __trap();
+}
+
 }  // namespace flash::hopper
 
 // ---- launch contract of a kernel that takes tensor maps -----------------------------------------
@@ -246,13 +364,27 @@ __device__ __forceinline__ const half* tile_element(const half* tile, int r, int
 // (box {64 columns, o_box_rows}, 128-byte swizzle) that the kernel stores O through, passed after v's:
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, heads)
 #define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)     \
-  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, 3, flash::hopper::kBoxCols,     \
-                               q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes, 0)
+  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 3,             \
+                               flash::hopper::kBoxCols, q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes, 0, 2, 0)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,      \
                                              kv_box_rows, ctas_per_sm)                                              \
-  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, 3, flash::hopper::kBoxCols,     \
-                               q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes, ctas_per_sm)
+  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 3,             \
+                               flash::hopper::kBoxCols, q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes,       \
+                               ctas_per_sm, 2, 0)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT_O(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,    \
                                                kv_box_rows, o_box_rows, ctas_per_sm)                                \
-  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, 4, flash::hopper::kBoxCols,     \
-                               q_box_rows, kv_box_rows, o_box_rows, flash::hopper::kSwizzleBytes, ctas_per_sm)
+  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 4,             \
+                               flash::hopper::kBoxCols, q_box_rows, kv_box_rows, o_box_rows,                            \
+                               flash::hopper::kSwizzleBytes, ctas_per_sm, 2, 0)
+//
+// FLASH_LAUNCH_CONTRACT_HEAD_MAPS (V25 on): a persistent kernel on 4-D maps over q, k, v and o, each
+// {D, S, H, B} by head (box {64 columns, box rows, 1, 1}); it takes any S, and masks keys after each
+// query where `causal`. After the maps it takes the logical grid and the heads per batch:
+//   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles,
+//                           batch_heads, heads)
+// with row_tiles = ceil(S / block_rows), batch_heads = B*H (require_head_tiles_cover).
+#define FLASH_LAUNCH_CONTRACT_HEAD_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, q_box_rows, \
+                                        kv_box_rows, o_box_rows, ctas_per_sm, causal)                               \
+  FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, 4,                   \
+                               flash::hopper::kBoxCols, q_box_rows, kv_box_rows, o_box_rows,                            \
+                               flash::hopper::kSwizzleBytes, ctas_per_sm, 4, causal)

@@ -18,13 +18,15 @@ GATE = Gate(factor=2.0, tolerance=5e-3)
 BLOCK = 64  # the rows of one block, and the keys of one key tile, of the implementations below
 
 
-def flash_like(q, k, v, scale=None, key_tiles_skipped=0):
+def flash_like(q, k, v, scale=None, key_tiles_skipped=0, causal=False):
     """Attention as the kernels compute it: fp32 logits, exp2 with a running maximum per key tile, P
-    rounded to fp16 before PV, one normalisation at the end, fp16 out. `key_tiles_skipped`: leave out
-    the last key tiles (a planted defect)."""
+    rounded to fp16 before PV, one normalisation at the end, fp16 out; the keys after each query
+    masked where `causal`. `key_tiles_skipped`: leave out the last key tiles (a planted defect)."""
     S, D = k.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     logits = np.matmul(q.astype(np.float32), k.astype(np.float32).swapaxes(-1, -2)) * np.float32(scale * attention.LOG2E)
+    if causal:
+        logits = np.where(np.tri(q.shape[-2], S, dtype=bool), logits, np.float32(-np.inf))
     m = np.full(q.shape[:-1] + (1,), -np.inf, np.float32)
     l, o = np.zeros_like(m), np.zeros(q.shape, np.float32)
     for j in range(0, S - BLOCK * key_tiles_skipped, BLOCK):
@@ -45,8 +47,8 @@ class Implementation:
     skips_unsupported = False
     smallest_seq_len = BLOCK
 
-    def __init__(self, defect=None, max_seq_len=None, name="numpy"):
-        self.name, self.cp, self.defect, self.max_seq_len = name, NUMPY_AS_CUPY, defect, max_seq_len
+    def __init__(self, defect=None, max_seq_len=None, name="numpy", causal=False):
+        self.name, self.cp, self.defect, self.max_seq_len, self.causal = name, NUMPY_AS_CUPY, defect, max_seq_len, causal
 
     def supports(self, shape):
         if self.max_seq_len and shape.S > self.max_seq_len:
@@ -58,7 +60,7 @@ class Implementation:
 
     def __call__(self, q, k, v, o):
         scale = 1.01 / math.sqrt(q.shape[-1]) if self.defect == "scale" else None
-        o[...] = flash_like(q, k, v, scale)
+        o[...] = flash_like(q, k, v, scale, causal=self.causal)
         plant(self.defect, q, k, v, o)
         return o
 
@@ -88,6 +90,18 @@ def test_a_right_implementation_passes_every_input_kind_on_fresh_inputs():
         assert 0 < r["margin"] < 0.6  # well inside: a correct kernel is closer than plain fp16
         assert r["max_abs_error"] <= r["yardstick_max_abs_error"] and r["worst_row_rel_error"] > 0
     assert len({r["seed"] for r in result["shapes"]}) == len(result["shapes"])
+
+
+def test_under_the_causal_mask_the_masked_reference_judges_and_the_mask_must_match():
+    result = check_kernel(Implementation(causal=True), SMALL, GATE, progress=lambda m: None, causal=True)
+    assert result["passed"], result["reason"]
+    planted = check_kernel(Implementation("zero_row", causal=True), SMALL, GATE, kinds=["normal"],
+                           progress=lambda m: None, causal=True)
+    assert not planted["passed"] and "plain fp16" in planted["reason"]
+    for impl, causal, says in ((Implementation(causal=True), False, "under the causal mask, asked without"),
+                               (Implementation(), True, "without the causal mask, asked with")):
+        wrong = check_kernel(impl, SMALL[:1], GATE, kinds=["normal"], progress=lambda m: None, causal=causal)
+        assert not wrong["passed"] and says in wrong["reason"]
 
 
 @pytest.mark.parametrize("defect", DEFECTS)

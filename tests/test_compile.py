@@ -465,3 +465,25 @@ def test_v24_loads_each_consumer_warpgroups_rows_of_q_on_their_own(records, buil
     assert abs(len(v24_turn) - len(v23_turn)) <= 2 and not any("R2UR" in line for line in v24_turn)
     assert sum("HGMMA" in line for line in v24_turn) == 16 and sum("FMUL" in line for line in v24_turn) <= 2
     assert_softmax_between_the_waits_and_the_guard_first(v24_sass)
+
+
+def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records, built, tmp_path, settings):
+    """V25 keeps V24's shared memory, registers and turn, and loads and stores through 4-D tensor maps
+    (by head: any S); FLASH_CAUSAL=1 builds the causal kernel, which its contract says, from the same
+    source and with the same resources. The mask's selects (-inf) are in both builds; the causal one
+    adds the diagonal's comparisons."""
+    v24, v25 = records[("v24", "sm_90a")], records[("v25", "sm_90a")]
+    assert v25["launch"] == {**v24["launch"], "tensor_map_rank": 4}
+    assert v25["registers"] == v24["registers"] and v25["spill_bytes"] == 0 and v25["stack_frame_bytes"] == 0
+    kernel = next(k for k in settings.kernels if k.name == "v25")
+    causal = compile_kernel("v25", ROOT / kernel.source, "sm_90a", settings.nvcc_flags, {"FLASH_CAUSAL": 1},
+                            tmp_path / "v25.cubin")
+    assert causal["launch"] == {**v25["launch"], "causal": True} and causal["defines"] == {"FLASH_CAUSAL": 1}
+    assert causal["registers"] == v25["registers"] and causal["spill_bytes"] == 0
+    v24_sass, v25_sass = _sass(v24, built), _sass(v25, built)
+    assert "UTMALDG.4D" in v25_sass and "UTMALDG.2D" not in v25_sass and "UTMASTG.4D" in v25_sass
+    assert v25_sass.count("UTMALDG") == v24_sass.count("UTMALDG")
+    assert "-INF" in v25_sass.split("FSEL", 1)[1]
+    (v24_turn,), (v25_turn,) = _turns(v24_sass), _turns(v25_sass)
+    assert abs(len(v25_turn) - len(v24_turn)) <= 2 and not any("R2UR" in line for line in v25_turn)
+    assert_softmax_between_the_waits_and_the_guard_first(v25_sass)

@@ -26,11 +26,19 @@ def test_memory_throughput_counts_q_k_v_and_o():
     assert attention.input_bytes(CASE) == 48 * 2**20
 
 
-def _naive(q, k, v):
+def test_causal_flops_are_half():
+    assert attention.flops(CASE, causal=True) * 2 == attention.flops(CASE)
+    assert attention.tflops(CASE, 1.0, causal=True) * 2 == attention.tflops(CASE, 1.0)
+
+
+def _naive(q, k, v, causal=False):
     out = np.zeros(q.shape)
+    S = q.shape[2]
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
             s = q[b, h].astype(np.float64) @ k[b, h].astype(np.float64).T / np.sqrt(128)
+            if causal:  # query i sees keys 0..i only
+                s[np.triu_indices(S, 1)] = -np.inf
             p = np.exp(s - s.max(axis=1, keepdims=True))
             out[b, h] = (p / p.sum(axis=1, keepdims=True)) @ v[b, h]
     return out
@@ -42,6 +50,17 @@ def test_reference_matches_a_float64_softmax_attention():
     ref = attention.reference(q, k, v, np, max_logit_bytes=40 * 40 * 4 * 2)  # forces chunking over heads
     err = attention.errors(ref, _naive(q, k, v), np)
     assert err["rel_error"] < 1e-6 and err["nonfinite"] == 0
+
+
+def test_the_causal_reference_sees_each_querys_keys_up_to_its_own():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 37, 128)).astype(np.float16) for _ in range(3))
+    ref = attention.reference(q, k, v, np, causal=True, max_logit_bytes=37 * 37 * 4)
+    assert attention.errors(ref, _naive(q, k, v, causal=True), np)["rel_error"] < 1e-6
+    assert np.allclose(ref[:, :, 0], v[:, :, 0].astype(np.float32))  # the first query sees its own key alone
+    yardstick = attention.plain_fp16(q, k, v, np, causal=True)
+    assert attention.errors(yardstick, ref, np)["rel_error"] < 5e-3
+    assert attention.errors(attention.reference(q, k, v, np), ref, np)["rel_error"] > 0.1  # the mask matters
 
 
 def test_errors_fail_nan_and_measure_relative_error():

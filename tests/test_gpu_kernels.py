@@ -61,7 +61,7 @@ def test_kernel_passes_on_random_shapes_and_every_kind_of_input(build, name, gat
     assert result["passed"], result["reason"]
     assert {r["inputs"] for r in result["shapes"]} == set(attention.INPUT_KINDS)
     for r in result["shapes"]:
-        assert r["nonfinite"] == 0 and 0 < r["margin"] <= 1
+        assert r["nonfinite"] == 0 and (0 < r["margin"] or r["S"] == 1) and r["margin"] <= 1  # S = 1: the output is V, exact
 
 
 @pytest.mark.parametrize("name", KERNELS)
@@ -80,7 +80,8 @@ def test_a_persistent_kernel_passes_with_several_work_tiles_per_block(build, nam
 
 class Planted(AttentionKernel):
     """The real kernel with one defect planted: zero_row, missing_key_tile (one block of one head
-    computed without its last keys: the kernel's smallest S of them, one or two key tiles), scale
+    computed without its last keys: the kernel's smallest S of them or one key tile, whichever is more;
+    under the causal mask one key tile before its diagonal), scale
     (1% too large), unwritten_tile (one block of one head left NaN after a correct run)."""
 
     defect = None
@@ -89,14 +90,22 @@ class Planted(AttentionKernel):
         B, H, S, D = q.shape
         rows = slice(S // 2, S // 2 + self.contract["block_rows"])
         if self.defect == "scale":
-            self.launch(S // self.contract["block_rows"], B * H, q, k, v, o, S,
-                        scale=1.01 * attention.softmax_scale(D))
+            self.launch(self.row_tiles(S), B * H, q, k, v, o, S, scale=1.01 * attention.softmax_scale(D),
+                        heads_per_batch=H)
             return o
         super().__call__(q, k, v, o)
         if self.defect == "zero_row":
             o[0, H // 2, S // 2 + 3] = 0
+        elif self.defect == "missing_key_tile" and self.causal:
+            # under the mask a block's last key tile is its diagonal: the rows from S/2 on, each seeing the
+            # keys up to one tile before its own, from a run whose Q is moved back by one tile
+            tile = self.contract["block_cols"]
+            head = [a[0:1, H // 2:H // 2 + 1, :rows.start].copy() for a in (q, k, v, o)]
+            head[0][...] = q[0:1, H // 2:H // 2 + 1, tile:rows.start + tile]
+            super().__call__(*head)
+            o[0, H // 2, rows.start:rows.start + tile] = head[3][0, 0, rows.start - tile:rows.start]
         elif self.defect == "missing_key_tile":
-            short = S - self.smallest_seq_len
+            short = S - max(self.smallest_seq_len, self.contract["block_cols"])
             head = [a[0:1, H // 2:H // 2 + 1, :short].copy() for a in (q, k, v, o)]
             super().__call__(*head)
             o[0, H // 2, rows] = head[3][0, 0, rows]
@@ -116,6 +125,59 @@ def test_a_defect_planted_in_the_real_kernel_fails_its_check(build, name, defect
         assert not result["passed"], (name, defect, shape)
         # failed by the gate itself: NaN where nothing was written, else an error above its bound
         assert ("NaN/Inf" in result["reason"]) if defect == "unwritten_tile" else ("plain fp16" in result["reason"])
+
+
+# S that is no multiple of a tile, below one tile, and B*H odd: the last row tile and key tile are partial
+RAGGED = [Shape(1, 3, 1000, 128), Shape(2, 3, 1500, 128), Shape(1, 2, 4000, 128), Shape(3, 5, 100, 128),
+          Shape(1, 1, 1, 128), Shape(1, 7, 129, 128)]
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_a_kernel_by_head_passes_at_any_seq_len(build, name, gate):
+    kernel = built(build, name)
+    if not kernel.by_head:
+        pytest.skip(f"{name} takes whole tiles only")
+    result = check_kernel(kernel, RAGGED, gate, progress=lambda m: None)
+    assert result["passed"], result["reason"]
+    assert {r["S"] for r in result["shapes"]} == {s.S for s in RAGGED}
+
+
+@pytest.fixture(scope="module")
+def causal_build(settings, tmp_path_factory, needs_nvcc):
+    """Each kernel by head, built again with FLASH_CAUSAL=1."""
+    out, kernels = tmp_path_factory.mktemp("causal"), {}
+    for k in settings.kernels:
+        if k.source.endswith("v25.cu") and runnable_build(k.archs, gpu.require().arch):
+            cubin = out / f"{k.name}.cubin"
+            record = compile_kernel(k.name, ROOT / k.source, k.archs[0], settings.nvcc_flags,
+                                    {**k.defines, "FLASH_CAUSAL": 1}, cubin)
+            kernels[k.name] = AttentionKernel(cubin, record)
+    if not kernels:
+        pytest.skip("no causal kernel runs on this GPU")
+    return kernels
+
+
+def test_a_causal_kernel_passes_under_the_mask_at_any_seq_len_on_every_kind_of_input(causal_build, gate):
+    for kernel in causal_build.values():
+        assert kernel.causal
+        shapes = [CASE, Shape(1, 2, 8192, 128), Shape(2, kernel.sm_count + 3, 384, 128), *RAGGED]
+        result = check_kernel(kernel, shapes, gate, progress=lambda m: None, causal=True)
+        assert result["passed"], result["reason"]
+        assert {r["inputs"] for r in result["shapes"]} == set(attention.INPUT_KINDS)
+        # the mask is what passes: against the unmasked reference the same kernel fails
+        unmasked = check_kernel(kernel, [CASE], gate, kinds=["normal"], progress=lambda m: None)
+        assert not unmasked["passed"] and "causal mask" in unmasked["reason"]
+
+
+@pytest.mark.parametrize("defect", ["zero_row", "missing_key_tile", "scale", "unwritten_tile"])
+def test_a_defect_planted_in_a_causal_kernel_fails_its_check(causal_build, defect, gate):
+    for kernel in causal_build.values():
+        planted = Planted(kernel.cubin, kernel.record)
+        planted.defect = defect
+        for shape in (CASE, Shape(3, 5, 1000, 128)):
+            assert check_kernel(kernel, [shape], gate, kinds=["normal"], progress=lambda m: None, causal=True)["passed"]
+            result = check_kernel(planted, [shape], gate, kinds=["normal"], progress=lambda m: None, causal=True)
+            assert not result["passed"], (kernel.name, defect, shape)
 
 
 # Run in a child process: a trap or a fault leaves the CUDA context unusable for the rest of the process.

@@ -48,6 +48,15 @@ def test_tiled_2d_args_refuse_what_the_driver_would(kwargs, message):
         tensormap.tiled_2d_args(**args)
 
 
+def test_by_head_args_give_s_a_bound_of_its_own():
+    a = tensormap.by_head_args(0x7f0000000000, (2, 3, 1000, 128), box=(64, 128), swizzle=128)
+    assert a["rank"] == 4 and a["dims"] == (128, 1000, 3, 2)  # {D, S, H, B}, innermost first
+    assert a["strides"] == (256, 1000 * 256, 3 * 1000 * 256) and a["box"] == (64, 128, 1, 1)
+    assert tensormap.by_head_args(0x1000, (1, 1, 1, 128), box=(64, 64), swizzle=128)["box"] == (64, 64, 1, 1)
+    with pytest.raises(FlashbenchError, match="multiple of 16 bytes"):
+        tensormap.by_head_args(0x1000, (1, 2, 3, 36), box=(32, 64), swizzle=128)  # rows of 72 bytes
+
+
 def test_a_tensor_map_is_128_bytes_at_a_64_byte_boundary():
     assert ctypes.sizeof(tensormap.TensorMap) == 128
     maps = [tensormap._aligned_tensor_map() for _ in range(8)]
@@ -120,6 +129,35 @@ def test_supports_refuses_more_heads_than_grid_y_allows():
 
 
 # ---- persistent kernels (V18 on): their own grid, the logical grid as two trailing parameters ----------
+BY_HEAD = {**CONTRACT, "threads": 384, "persistent": {"ctas_per_sm": 1}, "tensor_map_rank": 4,
+           "tensor_maps": [{"array": a, "box": [64, 64 if a in "qo" else 128], "swizzle": 128} for a in "qkvo"]}
+
+
+def test_a_kernel_by_head_takes_any_s_on_as_many_row_tiles_as_cover_it():
+    kernel, whole = _Stub(BY_HEAD), _Stub(CONTRACT)
+    assert kernel.by_head and not whole.by_head and not kernel.causal
+    assert kernel.supports(Shape(1, 3, 1000, 128)) is None and kernel.supports(Shape(1, 1, 1, 128)) is None
+    assert [kernel.row_tiles(S) for S in (1, 128, 129, 1000, 4096)] == [1, 1, 2, 8, 32]
+    assert kernel.smallest_seq_len == 1 and whole.smallest_seq_len == 128 and whole.row_tiles(1024) == 8
+    assert "D=64" in kernel.supports(Shape(1, 1, 1000, 64))
+    assert _Stub({**BY_HEAD, "causal": True}).causal
+
+
+def test_a_parameter_block_by_head_encodes_4d_maps_and_ends_with_the_heads_per_batch(monkeypatch):
+    calls = []
+    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle: (
+        calls.append((address, shape, box)), tensormap._aligned_tensor_map())[1])
+    q, k, v, o = 0x10000, 0x20000, 0x30000, 0x40000
+    params = launch._tensor_map_params(BY_HEAD, q, k, v, o, seq_len=1000, heads=6, scale_log2=1.0, row_tiles=8,
+                                       heads_per_batch=3)
+    assert calls == [(q, (2, 3, 1000, 128), (64, 64)), (k, (2, 3, 1000, 128), (64, 128)),
+                     (v, (2, 3, 1000, 128), (64, 128)), (o, (2, 3, 1000, 128), (64, 64))]
+    pointers = ctypes.cast(params.ptr, ctypes.POINTER(ctypes.c_void_p))
+    assert len(params.values) == 13
+    assert [ctypes.cast(pointers[i], ctypes.POINTER(ctypes.c_int32)).contents.value for i in (10, 11, 12)] == [8, 6, 3]
+    with pytest.raises(FlashbenchError, match="heads per batch"):
+        launch._tensor_map_params(BY_HEAD, q, k, v, o, seq_len=1000, heads=6, scale_log2=1.0, row_tiles=8,
+                                  heads_per_batch=4)
 PERSISTENT = {**CONTRACT, "threads": 384, "persistent": {"ctas_per_sm": 1}}
 
 

@@ -31,13 +31,14 @@ def softmax_scale(D: int) -> float:
     return 1.0 / math.sqrt(D)
 
 
-def flops(shape: Shape) -> int:
-    """Two matmuls, softmax not counted: 4 * B * H * S^2 * D (34.36 GFLOP for the case)."""
-    return 4 * shape.B * shape.H * shape.S**2 * shape.D
+def flops(shape: Shape, causal: bool = False) -> int:
+    """Two matmuls, softmax not counted: 4 * B * H * S^2 * D (34.36 GFLOP for the case); under the
+    causal mask half of it, 2 * B * H * S^2 * D, as FlashAttention's benchmarks count it."""
+    return (2 if causal else 4) * shape.B * shape.H * shape.S**2 * shape.D
 
 
-def tflops(shape: Shape, seconds: float) -> float:
-    return flops(shape) / seconds / 1e12
+def tflops(shape: Shape, seconds: float, causal: bool = False) -> float:
+    return flops(shape, causal) / seconds / 1e12
 
 
 def qkvo_bytes(shape: Shape) -> int:
@@ -84,27 +85,37 @@ def _head_chunks(B: int, H: int, S: int, max_logit_bytes: int):
     return (slice(h0, h0 + heads) for h0 in range(0, B * H, heads))
 
 
+def _masked(logits, xp, causal: bool):
+    """The logits [heads, S, S] with every key after its query at -inf where `causal`."""
+    if causal:
+        S = logits.shape[-1]
+        logits = xp.where(xp.tri(S, dtype=bool), logits, logits.dtype.type(-xp.inf))
+    return logits
+
+
 def _softmax_rows(logits, xp):
     logits = logits - logits.max(axis=-1, keepdims=True)
     p = xp.exp(logits)
     return p / p.sum(axis=-1, keepdims=True)
 
 
-def reference(q, k, v, xp, max_logit_bytes: int = 1 << 30):
-    """softmax(Q K^T / sqrt(D)) V in fp32 for [B, H, S, D] arrays of numpy or cupy (`xp`). The scale
-    is worked out here from D, not shared with what the kernels are given."""
+def reference(q, k, v, xp, causal: bool = False, max_logit_bytes: int = 1 << 30):
+    """softmax(Q K^T / sqrt(D)) V in fp32 for [B, H, S, D] arrays of numpy or cupy (`xp`), under the
+    causal mask (key j seen by query i for j <= i only) where `causal`. The scale is worked out here
+    from D, not shared with what the kernels are given."""
     B, H, S, D = q.shape
     out = xp.empty((B, H, S, D), dtype=xp.float32)
     q3, k3, v3, o3 = (a.reshape(B * H, S, D) for a in (q, k, v, out))
     for sl in _head_chunks(B, H, S, max_logit_bytes):
         logits = xp.matmul(q3[sl].astype(xp.float32), k3[sl].astype(xp.float32).transpose(0, 2, 1)) / math.sqrt(D)
-        o3[sl] = xp.matmul(_softmax_rows(logits, xp), v3[sl].astype(xp.float32))
+        o3[sl] = xp.matmul(_softmax_rows(_masked(logits, xp, causal), xp), v3[sl].astype(xp.float32))
     return out
 
 
-def plain_fp16(q, k, v, xp, max_logit_bytes: int = 1 << 30):
+def plain_fp16(q, k, v, xp, causal: bool = False, max_logit_bytes: int = 1 << 30):
     """The yardstick: attention as plain fp16 code computes it (unfused PyTorch in half precision):
-    each product accumulated in fp32 and stored in fp16 (logits, scaled logits, softmax, output)."""
+    each product accumulated in fp32 and stored in fp16 (logits, scaled logits, softmax, output),
+    the mask applied to the scaled logits where `causal`."""
     B, H, S, D = q.shape
     f16, f32 = xp.float16, xp.float32
     out = xp.empty((B, H, S, D), dtype=f16)
@@ -113,7 +124,7 @@ def plain_fp16(q, k, v, xp, max_logit_bytes: int = 1 << 30):
     for sl in _head_chunks(B, H, S, max_logit_bytes):
         logits = xp.matmul(q3[sl].astype(f32), k3[sl].astype(f32).transpose(0, 2, 1)).astype(f16)
         logits = (logits.astype(f32) * scale).astype(f16).astype(f32)
-        p = _softmax_rows(logits, xp).astype(f16).astype(f32)
+        p = _softmax_rows(_masked(logits, xp, causal), xp).astype(f16).astype(f32)
         o3[sl] = xp.matmul(p, v3[sl].astype(f32)).astype(f16)
     return out
 

@@ -72,10 +72,14 @@ def _share(error: float, threshold: float) -> float:
     return 0.0 if error == 0 else math.inf
 
 
-def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal") -> dict:
-    """`kernel`: an AttentionKernel or a TorchPeer (name, cp, supports, skips_unsupported, inputs, call)."""
+def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal", causal: bool = False) -> dict:
+    """`kernel`: an AttentionKernel or a TorchPeer (name, cp, supports, skips_unsupported, inputs, call,
+    causal), judged against the reference under the causal mask where `causal`."""
     cp = kernel.cp
     row = {**shape.as_dict(), "inputs": kind, "seed": seed}
+    if kernel.causal != causal:
+        return {**row, "passed": False, "reason": f"{kernel.name} computes attention "
+                f"{'under' if kernel.causal else 'without'} the causal mask, asked {'with' if causal else 'without'}"}
     reason = kernel.supports(shape)
     if reason:
         if kernel.skips_unsupported:  # a peer above its max_seq_len: not checked, never timed there
@@ -91,9 +95,9 @@ def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal
         return {**row, "passed": False, "reason": f"kernel launch failed: {e}", "fatal": True}
     except NoKernelForShape as e:
         return {**row, "passed": None, "reason": f"not checked: {e}"}
-    ref = attention.reference(*given.values(), cp)
+    ref = attention.reference(*given.values(), cp, causal)
     measured = attention.errors(out, ref, cp)
-    yardstick = attention.errors(attention.plain_fp16(*given.values(), cp), ref, cp)
+    yardstick = attention.errors(attention.plain_fp16(*given.values(), cp, causal), ref, cp)
     verdict = gate.judge(measured, yardstick, float(cp.abs(ref).max()))
     changed = [name for (name, before), after in zip(given.items(), (q, k, v))
                if bool((before.view(cp.uint16) != after.view(cp.uint16)).any())]  # bit for bit: NaN too
@@ -120,7 +124,7 @@ def _verdict(r: dict) -> str:
 
 
 def check_kernel(kernel, shapes: list[Shape], gate: Gate, kinds=attention.INPUT_KINDS,
-                 smallest: tuple[int, int] | None = None, progress=print) -> dict:
+                 smallest: tuple[int, int] | None = None, progress=print, causal: bool = False) -> dict:
     """Check every shape (the first is the case, where the timing happens) on every kind of input.
     It passes when nothing failed and the case was checked on every kind: an implementation that
     skips the case (a peer with no kernel for it) is not checked there, so it is not timed there."""
@@ -130,7 +134,7 @@ def check_kernel(kernel, shapes: list[Shape], gate: Gate, kinds=attention.INPUT_
         here = []
         for kind in kinds:
             seed = secrets.randbits(32)  # fresh inputs every run, the seed kept to replay a failure
-            here.append(check_shape(kernel, shape, gate, seed, kind))
+            here.append(check_shape(kernel, shape, gate, seed, kind, causal))
             if here[-1].get("fatal"):
                 break
         progress(f"check {kernel.name}: {shape}: " + ", ".join(_verdict(r) for r in here))

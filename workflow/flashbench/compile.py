@@ -192,13 +192,13 @@ def _run(cmd: list[str], what: str) -> str:
 CONTRACT_SYMBOL = "flash_launch_contract"
 # flash::LaunchContract's int fields, in order (flash_common.cuh)
 CONTRACT_FIELDS = ("threads", "block_rows", "block_cols", "dynamic_smem_bytes", "head_dim", "tensor_maps", "box_cols",
-                   "q_box_rows", "kv_box_rows", "o_box_rows", "swizzle_bytes", "ctas_per_sm")
+                   "q_box_rows", "kv_box_rows", "o_box_rows", "swizzle_bytes", "ctas_per_sm", "tensor_map_rank", "causal")
 
 
 def launch_contract(cubin: Path) -> dict:
     """The launch contract in `cubin`, as the launcher reads it: threads, tile shape, dynamic shared
-    memory, head dim; the tensor maps a Hopper kernel takes (q, k, v and maybe o); and, for a
-    persistent kernel, its blocks per SM."""
+    memory, head dim; the tensor maps a Hopper kernel takes (q, k, v and maybe o), and their rank where
+    they are by head (4, V25 on); for a persistent kernel, its blocks per SM; and whether it is causal."""
     try:
         raw = elf.symbol_bytes(cubin, CONTRACT_SYMBOL)
     except elf.NoSuchSymbol as e:
@@ -214,6 +214,10 @@ def launch_contract(cubin: Path) -> dict:
                                     "swizzle": fields["swizzle_bytes"]} for array in "qkvo"[: fields["tensor_maps"]]]
     if fields["ctas_per_sm"]:
         contract["persistent"] = {"ctas_per_sm": fields["ctas_per_sm"]}
+    if fields["tensor_map_rank"] == 4:  # maps by head: any S (absent: maps over the [B*H*S, D] view)
+        contract["tensor_map_rank"] = 4
+    if fields["causal"]:
+        contract["causal"] = True
     return contract
 
 

@@ -7,7 +7,11 @@ the kernel is launched with cuLaunchKernel, which can pass them (tensormap.py).
 A contract with `persistent` (V18 on) is a persistent kernel: it is launched on grid
 (min(ctas_per_sm * SMs, row tiles * heads), 1), the SM count read from the device, and takes the
 logical grid (row tiles, heads), the grid a non-persistent kernel is launched on, as two int
-parameters after its tensor maps; its blocks walk the row tiles * heads work tiles among themselves."""
+parameters after its tensor maps; its blocks walk the row tiles * heads work tiles among themselves.
+
+A contract with `tensor_map_rank` 4 (V25 on) takes its maps by head ([B][H][S][D]), so any S: its
+logical grid is ceil(S / block_rows) row tiles, and it takes the heads per batch H after B*H. One with
+`causal` masks the keys after each query: it runs the causal configuration only."""
 from __future__ import annotations
 
 import math
@@ -46,12 +50,26 @@ class AttentionKernel:
     def activate(self) -> None:
         """Nothing to set before this kernel's calls (a peer may have process-wide switches to set)."""
 
+    @property
+    def causal(self) -> bool:
+        """Whether the kernel was built to mask the keys after each query."""
+        return bool(self.contract.get("causal"))
+
+    @property
+    def by_head(self) -> bool:
+        """Whether the kernel takes its tensor maps by head, and so any S (V25 on)."""
+        return self.contract.get("tensor_map_rank") == 4
+
+    def row_tiles(self, seq_len: int) -> int:
+        """The logical grid's row tiles for S: whole ones, or for a kernel by head as many as cover S."""
+        return -(-seq_len // self.contract["block_rows"]) if self.by_head else seq_len // self.contract["block_rows"]
+
     def supports(self, shape: Shape) -> str | None:
         """Why the kernel cannot run `shape`, or None."""
         c = self.contract
         if shape.D != c["head_dim"]:
             return f"D={shape.D} but {self.name} is built for D={c['head_dim']}"
-        for what in ("block_rows", "block_cols"):
+        for what in () if self.by_head else ("block_rows", "block_cols"):
             if shape.S % c[what]:
                 return f"S={shape.S} is not a multiple of {self.name}'s {what} ({c[what]})"
         if self.persistent:
@@ -84,8 +102,8 @@ class AttentionKernel:
 
     @property
     def smallest_seq_len(self) -> int:
-        """The shortest S the kernel takes: whole row tiles and whole key tiles."""
-        return math.lcm(self.contract["block_rows"], self.contract["block_cols"])
+        """The shortest S the kernel takes: whole row tiles and whole key tiles, or one row by head."""
+        return 1 if self.by_head else math.lcm(self.contract["block_rows"], self.contract["block_cols"])
 
     @property
     def identity(self) -> dict:
@@ -105,7 +123,7 @@ class AttentionKernel:
         reason = self.supports(Shape(B, H, S, D))
         if reason:
             raise FlashbenchError(f"{self.name} cannot run this shape: {reason}")
-        self.launch(S // self.contract["block_rows"], B * H, q, k, v, o, S)
+        self.launch(self.row_tiles(S), B * H, q, k, v, o, S, heads_per_batch=H)
         return o
 
     def capture(self, q, k, v, o, calls: int):
@@ -121,10 +139,12 @@ class AttentionKernel:
                 graph = stream.end_capture()
         return lambda: graph.launch(cp.cuda.get_current_stream())
 
-    def launch(self, row_tiles: int, heads: int, q, k, v, o, seq_len: int, scale: float | None = None) -> None:
+    def launch(self, row_tiles: int, heads: int, q, k, v, o, seq_len: int, scale: float | None = None,
+               heads_per_batch: int | None = None) -> None:
         """The raw launch of the logical grid (row_tiles, heads), no checks (tests use it to launch wrongly
         on purpose): that grid itself, or for a persistent kernel its own grid (`grid`) with row_tiles
-        and heads as parameters. `scale`: the softmax scale, 1/sqrt(D) unless given."""
+        and heads as parameters. `scale`: the softmax scale, 1/sqrt(D) unless given. `heads_per_batch`:
+        H of heads = B*H, for a kernel by head (all of them, B = 1, unless given)."""
         scale_log2 = (attention.softmax_scale(self.contract["head_dim"]) if scale is None else scale) * LOG2E
         if "tensor_maps" not in self.contract:
             args = (q, k, v, o, np.int32(seq_len), np.float32(scale_log2))
@@ -132,23 +152,27 @@ class AttentionKernel:
                 args += (np.int32(row_tiles), np.int32(heads))
             self.function(self.grid(row_tiles, heads), (self.contract["threads"],), args, shared_mem=self.dynamic_smem)
             return
-        params = self.params(q, k, v, o, seq_len, heads, scale_log2, row_tiles)
+        params = self.params(q, k, v, o, seq_len, heads, scale_log2, row_tiles, heads_per_batch)
         grid_x, grid_y = self.grid(row_tiles, heads)
         self.cp.cuda.driver.launchKernel(self.function.kernel.ptr, grid_x, grid_y, 1, self.contract["threads"], 1, 1,
                                          self.dynamic_smem, self.cp.cuda.get_current_stream().ptr, params.ptr, 0)
 
-    def params(self, q, k, v, o, seq_len: int, heads: int, scale_log2: float, row_tiles: int | None = None):
+    def params(self, q, k, v, o, seq_len: int, heads: int, scale_log2: float, row_tiles: int | None = None,
+               heads_per_batch: int | None = None):
         """The cuLaunchKernel parameter block of a kernel that takes tensor maps, cached per array
         addresses, shape and scale: the timed loop reuses it instead of encoding three maps per call.
-        `row_tiles` (S / block_rows unless given) is passed to a persistent kernel only."""
+        `row_tiles` (row_tiles(S) unless given) is passed to a persistent kernel only, `heads_per_batch`
+        (`heads` unless given) to a kernel by head only."""
         if row_tiles is None:
-            row_tiles = seq_len // self.contract["block_rows"]
+            row_tiles = self.row_tiles(seq_len)
         key = tuple(_address(a) for a in (q, k, v, o)) + (seq_len, heads, scale_log2)
         if self.persistent:
             key += (row_tiles,)
+        if self.by_head:
+            key += (heads_per_batch or heads,)
         params = self._params.get(key)
         if params is None:
-            params = _tensor_map_params(self.contract, *key)
+            params = _tensor_map_params(self.contract, *key[:7], row_tiles=row_tiles, heads_per_batch=heads_per_batch or heads)
             if len(self._params) >= 16:  # a sweep's shapes; an old entry is only ever reused for equal arrays
                 self._params.clear()
             self._params[key] = params
@@ -162,21 +186,30 @@ def _address(a) -> int:
 
 
 def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: int, heads: int, scale_log2: float,
-                       row_tiles: int | None = None):
-    """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order[, row_tiles, heads]) for
-    cuLaunchKernel: the last two for a persistent contract only, which needs `row_tiles`. Each map
-    covers its array as the [heads * seq_len, head_dim] fp16 matrix it is, with the contract's box."""
+                       row_tiles: int | None = None, heads_per_batch: int | None = None):
+    """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order[, row_tiles, heads[, H]]) for
+    cuLaunchKernel: the logical grid for a persistent contract only, which needs `row_tiles`, and H
+    for one by head, which needs `heads_per_batch`. Each map covers its array as the [heads * seq_len,
+    head_dim] fp16 matrix it is, or by head as [heads / H, H, seq_len, head_dim], with the contract's box."""
     import ctypes
 
     from . import tensormap
 
     arrays = {"q": q, "k": k, "v": v, "o": o}
-    rows, cols = heads * seq_len, contract["head_dim"]
+    by_head = contract.get("tensor_map_rank") == 4
+    if by_head and (heads_per_batch is None or heads % heads_per_batch):
+        raise FlashbenchError(f"a kernel by head is passed its heads per batch, which divide the {heads} heads: "
+                              f"{heads_per_batch} do not")
     maps = []
     for spec in contract["tensor_maps"]:
         if spec["array"] not in arrays:
             raise FlashbenchError(f"the launch contract names a tensor map over {spec['array']!r}, not one of q, k, v, o")
-        maps.append(tensormap.encode_tiled_2d(arrays[spec["array"]], rows, cols, tuple(spec["box"]), spec["swizzle"]))
+        address, box = arrays[spec["array"]], tuple(spec["box"])
+        if by_head:
+            shape = (heads // heads_per_batch, heads_per_batch, seq_len, contract["head_dim"])
+            maps.append(tensormap.encode_by_head(address, shape, box, spec["swizzle"]))
+        else:
+            maps.append(tensormap.encode_tiled_2d(address, heads * seq_len, contract["head_dim"], box, spec["swizzle"]))
     common = (ctypes.c_uint64(q), ctypes.c_uint64(k), ctypes.c_uint64(v), ctypes.c_uint64(o), ctypes.c_int32(seq_len),
               ctypes.c_float(scale_log2))
     logical_grid = ()
@@ -184,6 +217,8 @@ def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: 
         if row_tiles is None:
             raise FlashbenchError("a persistent kernel is passed its row tiles: none given")
         logical_grid = (ctypes.c_int32(row_tiles), ctypes.c_int32(heads))
+        if by_head:
+            logical_grid += (ctypes.c_int32(heads_per_batch),)
     params = tensormap.Params(*common, *(m for m, _ in maps), *logical_grid)
     params.owners = [owner for _, owner in maps]  # the buffers the maps live in
     return params

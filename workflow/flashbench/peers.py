@@ -11,6 +11,8 @@ has no kernel for the GPU, the peer is skipped (PeerUnavailable) and the report 
 """
 from __future__ import annotations
 
+import functools
+
 from . import FlashbenchError, NoKernelForShape, attention
 from .config import Peer, Shape
 
@@ -60,9 +62,9 @@ def require(peer: Peer) -> None:
         raise PeerUnavailable("flash-attn-4 (FlashAttention's CuTe DSL kernels, flash_attn.cute) is not installed")
 
 
-def make(peer: Peer):
-    """The implementation of a configured peer."""
-    return FlashAttnCutePeer(peer) if peer.backend == FLASH_ATTN_CUTE else TorchPeer(peer)
+def make(peer: Peer, causal: bool = False):
+    """The implementation of a configured peer, under the causal mask where `causal`."""
+    return FlashAttnCutePeer(peer, causal) if peer.backend == FLASH_ATTN_CUTE else TorchPeer(peer, causal)
 
 
 class _TorchBacked:
@@ -70,12 +72,12 @@ class _TorchBacked:
 
     skips_unsupported = True  # above its max_seq_len a peer is not run, and says why
 
-    def __init__(self, peer: Peer):
+    def __init__(self, peer: Peer, causal: bool = False):
         require(peer)
         import cupy as cp
         import torch
 
-        self.cp, self.torch, self.peer, self.name = cp, torch, peer, peer.name
+        self.cp, self.torch, self.peer, self.name, self.causal = cp, torch, peer, peer.name, causal
         if torch.cuda.current_stream().cuda_stream != cp.cuda.get_current_stream().ptr:
             raise FlashbenchError("torch and CuPy are on different CUDA streams: the events would not time torch")
         # CuPy array pointer -> (the array, the torch tensor the peer is given for it). The array is
@@ -146,16 +148,15 @@ class _TorchBacked:
 class TorchPeer(_TorchBacked):
     """torch's SDPA (automatic dispatch or one backend) or the unfused softmax(QK^T / sqrt(D)) V."""
 
-    def __init__(self, peer: Peer):
-        super().__init__(peer)
+    def __init__(self, peer: Peer, causal: bool = False):
+        super().__init__(peer, causal)
         torch = self.torch
         import torch.nn.functional as F
 
         if peer.backend == "unfused":
-            self._attend = lambda q, k, v: torch.softmax(
-                (q @ k.transpose(-2, -1)) * attention.softmax_scale(q.shape[-1]), dim=-1) @ v
+            self._attend = self._unfused
         else:
-            self._attend = F.scaled_dot_product_attention
+            self._attend = functools.partial(F.scaled_dot_product_attention, is_causal=causal)
         self.activate()
 
     def activate(self) -> None:
@@ -172,6 +173,14 @@ class TorchPeer(_TorchBacked):
         for backend, enable in switches.items():
             enable(self.peer.backend in ("auto", backend))
 
+    def _unfused(self, q, k, v):
+        logits = (q @ k.transpose(-2, -1)) * attention.softmax_scale(q.shape[-1])
+        if self.causal:
+            S = logits.shape[-1]
+            logits = logits.masked_fill(~self.torch.ones(S, S, dtype=self.torch.bool, device=q.device).tril(),
+                                        float("-inf"))
+        return self.torch.softmax(logits, dim=-1) @ v
+
     @property
     def identity(self) -> dict:
         torch = self.torch
@@ -185,8 +194,8 @@ class FlashAttnCutePeer(_TorchBacked):
     torch's caching allocator, which hands back the same block every call once the first has
     allocated it."""
 
-    def __init__(self, peer: Peer):
-        super().__init__(peer)
+    def __init__(self, peer: Peer, causal: bool = False):
+        super().__init__(peer, causal)
         try:
             from flash_attn.cute import flash_attn_func
         except Exception as e:  # the DSL's own imports (its CUDA libraries) fail in many ways
@@ -201,7 +210,7 @@ class FlashAttnCutePeer(_TorchBacked):
         return tensor.transpose(1, 2).contiguous()  # [B, H, S, D] -> [B, S, H, D], a copy made once
 
     def _attend(self, q, k, v):
-        out, _lse = self._flash_attn_func(q, k, v)
+        out, _lse = self._flash_attn_func(q, k, v, causal=self.causal)
         return out.transpose(1, 2)  # back to [B, H, S, D] (a view)
 
     @property

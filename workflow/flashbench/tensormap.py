@@ -1,7 +1,9 @@
 """TMA tensor maps (CUtensorMap) encoded on the host, and the kernel parameter block that carries them.
 
 A kernel of the Hopper line takes, after its six common parameters, one `const __grid_constant__
-CUtensorMap` per array it loads or stores with TMA (q, k, v; o for V19's TMA store). A CUtensorMap is 128 opaque bytes, 64-byte aligned,
+CUtensorMap` per array it loads or stores with TMA (q, k, v; o for V19's TMA store): over the
+[B*H*S, D] matrix an array is (V14-V24), or from V25 on over [B][H][S][D] by head, so that S has a bound
+of its own. A CUtensorMap is 128 opaque bytes, 64-byte aligned,
 written by the driver's cuTensorMapEncodeTiled (called here through ctypes on libcuda.so.1: no new
 dependency). CuPy's kernel call cannot pass a 128-byte struct, so such a kernel is launched with
 cuLaunchKernel and an array of pointers to each argument (`Params`).
@@ -58,48 +60,77 @@ def libcuda():
     return _libcuda
 
 
-def tiled_2d_args(address: int, rows: int, cols: int, box: tuple[int, int], swizzle: int) -> dict:
-    """The arguments of cuTensorMapEncodeTiled for a row-major [rows, cols] fp16 matrix at `address`
-    and a box of {box[0] columns, box[1] rows} (innermost dimension first, as the driver wants it).
-    Raises FlashbenchError where the driver's documented limits are broken."""
-    box_cols, box_rows = box
+def tiled_args(address: int, dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...],
+               swizzle: int) -> dict:
+    """The arguments of cuTensorMapEncodeTiled for an fp16 tensor at `address` of `dims` elements
+    (innermost first, as the driver wants them), `strides` the bytes between consecutive indices of
+    each dimension but the innermost, and a box of `box` elements. Raises FlashbenchError where the
+    driver's documented limits are broken."""
     if swizzle not in SWIZZLE:
         raise FlashbenchError(f"TMA swizzle must be one of {sorted(SWIZZLE)} bytes, not {swizzle}")
     if address % 16:
         raise FlashbenchError(f"a TMA tensor must start on a 16-byte boundary, {address:#x} does not")
-    if (cols * 2) % 16:
-        raise FlashbenchError(f"a TMA row stride must be a multiple of 16 bytes, {cols} fp16 is {cols * 2}")
-    if not (1 <= box_cols <= 256 and 1 <= box_rows <= 256) or (box_cols * 2) % 16:
+    for stride in strides:
+        if stride % 16:
+            raise FlashbenchError(f"a TMA stride must be a multiple of 16 bytes, not {stride}")
+    if not all(1 <= b <= 256 for b in box) or (box[0] * 2) % 16:
         raise FlashbenchError(f"TMA box {box} must be 1..256 per dimension with a multiple of 16 bytes innermost")
-    if swizzle and box_cols * 2 > swizzle:
-        raise FlashbenchError(f"a {swizzle}B-swizzled TMA box is at most {swizzle} bytes wide, {box_cols} fp16 are "
-                              f"{box_cols * 2}")
-    if box_cols > cols or box_rows > rows:
-        raise FlashbenchError(f"TMA box {box} is larger than the [{rows}, {cols}] tensor")
-    return {"data_type": DATA_TYPE_FLOAT16, "rank": 2, "address": address, "dims": (cols, rows),
-            "strides": (cols * 2,), "box": (box_cols, box_rows), "element_strides": (1, 1),
+    if swizzle and box[0] * 2 > swizzle:
+        raise FlashbenchError(f"a {swizzle}B-swizzled TMA box is at most {swizzle} bytes wide, {box[0]} fp16 are "
+                              f"{box[0] * 2}")
+    return {"data_type": DATA_TYPE_FLOAT16, "rank": len(dims), "address": address, "dims": tuple(dims),
+            "strides": tuple(strides), "box": tuple(box), "element_strides": (1,) * len(dims),
             "interleave": INTERLEAVE_NONE, "swizzle": SWIZZLE[swizzle], "l2_promotion": L2_PROMOTION_128B,
             "oob_fill": OOB_FILL_NONE}
 
 
-def encode_tiled_2d(address: int, rows: int, cols: int, box: tuple[int, int], swizzle: int) -> tuple[TensorMap, object]:
-    """A tensor map over a row-major [rows, cols] fp16 matrix in device memory; returns (map, owner)."""
-    a = tiled_2d_args(address, rows, cols, box, swizzle)
+def tiled_2d_args(address: int, rows: int, cols: int, box: tuple[int, int], swizzle: int) -> dict:
+    """tiled_args of a row-major [rows, cols] fp16 matrix and a box of {box[0] columns, box[1] rows},
+    no larger than the matrix."""
+    if box[0] > cols or box[1] > rows:
+        raise FlashbenchError(f"TMA box {box} is larger than the [{rows}, {cols}] tensor")
+    if (cols * 2) % 16:
+        raise FlashbenchError(f"a TMA row stride must be a multiple of 16 bytes, {cols} fp16 is {cols * 2}")
+    return tiled_args(address, (cols, rows), (cols * 2,), box, swizzle)
+
+
+def by_head_args(address: int, shape: tuple[int, int, int, int], box: tuple[int, int], swizzle: int) -> dict:
+    """tiled_args of a C-contiguous [B, H, S, D] fp16 array by head: dims {D, S, H, B}, so that S has a
+    bound of its own (a box past a head's last row is filled with zeros, a store there clipped), and a
+    box of {box[0] columns, box[1] rows} of one head."""
+    B, H, S, D = shape
+    return tiled_args(address, (D, S, H, B), (D * 2, S * D * 2, H * S * D * 2), (*box, 1, 1), swizzle)
+
+
+def encode(a: dict) -> tuple[TensorMap, object]:
+    """The tensor map tiled_args `a` describe, in device memory's terms; returns (map, owner)."""
+    rank = a["rank"]
     tensor_map, owner = _aligned_tensor_map()
-    dims = (ctypes.c_uint64 * 2)(*a["dims"])
-    strides = (ctypes.c_uint64 * 1)(*a["strides"])
-    box_dims = (ctypes.c_uint32 * 2)(*a["box"])
-    element_strides = (ctypes.c_uint32 * 2)(*a["element_strides"])
+    dims = (ctypes.c_uint64 * rank)(*a["dims"])
+    strides = (ctypes.c_uint64 * (rank - 1))(*a["strides"])
+    box_dims = (ctypes.c_uint32 * rank)(*a["box"])
+    element_strides = (ctypes.c_uint32 * rank)(*a["element_strides"])
     lib = libcuda()
-    status = lib.cuTensorMapEncodeTiled(ctypes.addressof(tensor_map), a["data_type"], a["rank"], ctypes.c_void_p(address),
-                                        dims, strides, box_dims, element_strides, a["interleave"], a["swizzle"],
-                                        a["l2_promotion"], a["oob_fill"])
+    status = lib.cuTensorMapEncodeTiled(ctypes.addressof(tensor_map), a["data_type"], rank,
+                                        ctypes.c_void_p(a["address"]), dims, strides, box_dims, element_strides,
+                                        a["interleave"], a["swizzle"], a["l2_promotion"], a["oob_fill"])
     if status != 0:
         message = ctypes.c_char_p()
         lib.cuGetErrorString(status, ctypes.byref(message))
         raise FlashbenchError(f"cuTensorMapEncodeTiled failed ({status}: "
                               f"{(message.value or b'unknown error').decode()}) for {a}")
     return tensor_map, owner
+
+
+def encode_tiled_2d(address: int, rows: int, cols: int, box: tuple[int, int], swizzle: int) -> tuple[TensorMap, object]:
+    """A tensor map over a row-major [rows, cols] fp16 matrix in device memory; returns (map, owner)."""
+    return encode(tiled_2d_args(address, rows, cols, box, swizzle))
+
+
+def encode_by_head(address: int, shape: tuple[int, int, int, int], box: tuple[int, int],
+                   swizzle: int) -> tuple[TensorMap, object]:
+    """A tensor map over a C-contiguous [B, H, S, D] fp16 array by head (by_head_args); returns (map, owner)."""
+    return encode(by_head_args(address, shape, box, swizzle))
 
 
 class Params:

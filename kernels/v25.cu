@@ -1,0 +1,459 @@
+// V25: V24's schedule as one kernel over its configuration: a causal mask or none, and any S (the
+// Hopper line, twelfth step; sm_90a only).
+// Configuration, at compile time: FLASH_CAUSAL (0 or 1; keys after each query are masked) and D = 128.
+// Any S: Q, K, V and O are read and written through 4-D tensor maps by head ({D, S, H, B}), whose
+// bound on S fills a box that reaches past the last row with zeros and clips the O stores; keys at
+// or past S are masked in the last key tile.
+// Causal: row tile r (rows 128r..128r+127) needs key tiles 0..r only (Br = Bc): the tiles wholly
+// above the diagonal are never loaded or multiplied, and the mask is applied on the diagonal tile
+// alone (the last of a work tile). The work tiles go longest first, in sections of heads that share
+// their K and V in L2 (hopper.cuh's WorkTiles); without a mask the order is V24's.
+// Choice: under the mask, the rounds of work tiles in a snake and sections of 128 MB of K and V
+//   (16 heads at S = 16384, every head of the case at S <= 4096). Measured by cycles at B = 1, H = 64
+//   (NOTES): plain rounds took 10% more at S = 1024, the snake with 32 MB sections 25% more at 4096
+//   (the sections restart the long tiles every four rounds there), and no sections 6% more at 16384.
+// Choice: the mask's instructions, on a work tile's last key tile only, sit in the loop behind a
+//   branch: compiled out (no mask at all), the loop took 1.2% fewer cycles at S = 16384; peeling the
+//   last key tile out of the loop is the way to that, at the price of a second copy of a batch.
+//
+//   384 threads = 3 warpgroups, __launch_bounds__(384, 1), setmaxnreg 24 / 240, once per block;
+//   the persistent grid: one block per SM, walking the work tiles (row tile, head) in rounds (WorkTiles)
+//
+//   warpgroup 0, one thread: the producer. For each of its work tiles, n = the key tiles it reads:
+//     K(0) | Q_A, Q_B | K(1) V(0) | K(2) V(1) | .. | K(n-1) V(n-2) | (next work tile) .. | V(last)
+//     each K/V load waits for its ring stage's empty barrier (2 stages each of K and V), each Q
+//     half for its warpgroup's q_empty (the previous work tile's last QK has read it)
+//   warpgroups 1, 2: consumers A and B, 64 query rows each, taking turns on the tensor cores
+//     (named barriers turn[A], turn[B]; B half a batch behind A):
+//       wait Q | batch 0: QK(0) | softmax(0)
+//       batch j = 1 .. n-1: wait K(j), V(j-1) | pack P(j-1), rescale O | turn: QK(j), PV(j-1) |
+//                           softmax(j) overlapping PV(j-1); release K(j), V(j-2)
+//       batch n: PV(n-1) | release V(n-1), and Q after the last QK
+//       epilogue: O / row sums -> the O tile (stmatrix) -> TMA store of the warpgroup's 64 rows
+//     softmax(j) masks first on a tile the diagonal or S crosses; it takes exp against the running
+//     m (V23), moves m only past 2^8 (V22), and multiplies S again on the FMA pipe where P overflows.
+//   Br = 128, Bc = 128. Shared memory: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the barriers.
+//
+#include "hopper.cuh"
+
+#ifndef FLASH_CAUSAL
+#define FLASH_CAUSAL 0
+#endif
+
+using namespace flash;
+using namespace flash::hopper;
+
+namespace {
+
+constexpr bool kCausal = FLASH_CAUSAL;
+constexpr int kThreads = 384;
+constexpr int kCtasPerSm = 1;                                // the persistent grid: one block per SM
+constexpr int kConsumerWarpgroups = 2;
+constexpr int kConsumerThreads = kConsumerWarpgroups * 128;  // the arrival count of a turn barrier
+constexpr int kConsumerWarps = kConsumerWarpgroups * 4;      // the arrival count of an empty barrier
+constexpr int kTurnBar = 1;                                  // turn[c] is named barrier 1 + c
+constexpr int kOBar = 3;                                     // o_bar[c] is named barrier 3 + c (128 threads)
+constexpr int kProducerRegs = 24;                            // setmaxnreg.dec of warpgroup 0
+constexpr int kConsumerRegs = 240;                           // setmaxnreg.inc of warpgroups 1, 2
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "the register file");
+constexpr int kBr = 128;                                     // query rows per work tile
+constexpr int kWgRows = kBr / kConsumerWarpgroups;           // 64 rows per consumer warpgroup: one wgmma M
+constexpr int kBc = 128;                                     // keys per K/V tile: one wgmma N (QK)
+constexpr int kD = kHeadDim;                                 // 128: PV's wgmma N
+constexpr float kRescaleLog2 = 8.f;                          // V22: m moves when (max - m) * scale_log2 > 8
+constexpr float kRescaleP = 256.f;                           // V23: the same, seen on P: P > 2^8
+constexpr int kStages = 2;                                   // K/V ring depth
+constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
+constexpr int kL2SectionBytes = 128 << 20;                   // K and V of a section of heads (causal)
+static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
+static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
+
+struct SharedStorage {
+  half q[kHalves][kBr * kBoxCols];
+  half k[kStages][kHalves][kBc * kBoxCols];
+  half v[kStages][kHalves][kBc * kBoxCols];
+  half o[kHalves][kBr * kBoxCols];        // the O tile the TMA stores read, the o map's layout
+  uint64_t q_full[kConsumerWarpgroups];   // consumer warpgroup c's 64 rows of Q have landed
+  uint64_t q_empty[kConsumerWarpgroups];  // warpgroup c is done with its rows; the next may be loaded
+  uint64_t k_full[kStages];
+  uint64_t v_full[kStages];
+  uint64_t k_empty[kStages];
+  uint64_t v_empty[kStages];
+};
+static_assert(offsetof(SharedStorage, q) % kAtomBytes == 0 && offsetof(SharedStorage, k) % kAtomBytes == 0 &&
+                  offsetof(SharedStorage, v) % kAtomBytes == 0 && offsetof(SharedStorage, o) % kAtomBytes == 0 &&
+                  (kBc * kBoxRowBytes) % kAtomBytes == 0 && (kWgRows * kBoxRowBytes) % kAtomBytes == 0,
+              "every TMA box and wgmma operand starts on a 1024-byte swizzle atom");
+constexpr int kQRowsBytes = kWgRows * kD * sizeof(half);  // 16 KB: the expect-tx count of q_full[c]
+constexpr int kTileBytes = kBc * kD * sizeof(half);       // 32 KB: of k_full / v_full
+constexpr int kSmemBytes = sizeof(SharedStorage) + kAtomBytes;  // + slack to align the base
+static_assert(kSmemBytes <= 232448, "above the 227 KB of shared memory a block may opt in to on sm_90");
+
+// Key tiles row tile r reads: every one, or under the mask those up to its diagonal.
+__device__ __forceinline__ int key_tiles(int row_tile, int seq_len) {
+  const int all = (seq_len + kBc - 1) / kBc;
+  return kCausal ? min(row_tile + 1, all) : all;
+}
+
+}  // namespace
+
+FLASH_LAUNCH_CONTRACT_HEAD_MAPS(kThreads, kBr, kBc, kSmemBytes, kD, kWgRows, kBc, kWgRows, kCtasPerSm, kCausal)
+
+extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
+flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, const half* __restrict__ v,
+                        half* __restrict__ o, int seq_len, float scale_log2, const __grid_constant__ CUtensorMap tmap_q,
+                        const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
+                        const __grid_constant__ CUtensorMap tmap_o, int row_tiles, int batch_heads, int heads) {
+  require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kBr);
+
+  extern __shared__ unsigned char smem_raw[];
+  SharedStorage& smem =
+      *reinterpret_cast<SharedStorage*>(smem_raw + (kAtomBytes - smem_addr(smem_raw) % kAtomBytes) % kAtomBytes);
+
+  const int thread = threadIdx.x, wg = thread / 128, warp = (thread / 32) % 4, lane = thread % 32;
+  const int kv_head_bytes = 2 * seq_len * kD * int(sizeof(half));  // K and V of one head
+  const WorkTiles work{row_tiles, batch_heads, heads, kCausal ? max(1, kL2SectionBytes / kv_head_bytes) : 1};
+
+  // ---- barriers, before the roles split ---------------------------------------------------------
+  if (thread == 0) {
+    tma_prefetch_map(&tmap_q), tma_prefetch_map(&tmap_k), tma_prefetch_map(&tmap_v), tma_prefetch_map(&tmap_o);
+    for (int c = 0; c < kConsumerWarpgroups; ++c) {
+      mbar_init(&smem.q_full[c], 1);
+      mbar_init(&smem.q_empty[c], kConsumerWarps / kConsumerWarpgroups);
+    }
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&smem.k_full[s], 1);
+      mbar_init(&smem.v_full[s], 1);
+      mbar_init(&smem.k_empty[s], kConsumerWarps);
+      mbar_init(&smem.v_empty[s], kConsumerWarps);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();  // the last block-wide barrier: after it, each role goes its own way
+
+  if (wg == 0) {
+    // ==== producer warpgroup: one thread issues every load =========================================
+    setmaxnreg_dec<kProducerRegs>();
+    if (warp == 0 && elect_lane0()) {
+      Ring<kStages> k_ring, v_ring;
+      const auto load_k = [&](const WorkTile& t, int tile) {
+        mbar_wait(&smem.k_empty[k_ring.stage], k_ring.phase ^ 1);
+        mbar_arrive_expect_tx(&smem.k_full[k_ring.stage], kTileBytes);
+        tma_load_head_tile<kBc>(smem.k[k_ring.stage][0], &tmap_k, &smem.k_full[k_ring.stage], tile * kBc, t.head, t.batch);
+        k_ring.advance();
+      };
+      const auto load_v = [&](const WorkTile& t, int tile) {
+        mbar_wait(&smem.v_empty[v_ring.stage], v_ring.phase ^ 1);
+        mbar_arrive_expect_tx(&smem.v_full[v_ring.stage], kTileBytes);
+        tma_load_head_tile<kBc>(smem.v[v_ring.stage][0], &tmap_v, &smem.v_full[v_ring.stage], tile * kBc, t.head, t.batch);
+        v_ring.advance();
+      };
+      uint32_t q_phase = 0;  // parity of the block's current work tile
+      // warpgroup c's rows (both 64-column boxes of them) once c is done with its rows of the last Q
+      const auto load_q = [&](const WorkTile& t) {
+        for (int c = 0; c < kConsumerWarpgroups; ++c) {
+          const int row = t.row_tile * kBr + c * kWgRows;
+          mbar_wait(&smem.q_empty[c], q_phase ^ 1);
+          mbar_arrive_expect_tx(&smem.q_full[c], kQRowsBytes);
+          tma_load_4d(smem.q[0] + c * kWgRows * kBoxCols, &tmap_q, &smem.q_full[c], 0, row, t.head, t.batch);
+          tma_load_4d(smem.q[1] + c * kWgRows * kBoxCols, &tmap_q, &smem.q_full[c], kBoxCols, row, t.head, t.batch);
+        }
+        q_phase ^= 1;
+      };
+      // K(j), then V(j - 1), then, at a work tile's first key tile, its Q (A's rows, then B's).
+      WorkTile previous{};
+      int previous_tile = -1;  // the key tile whose V is still to load
+      for (int round = 0, w; (w = work.of_block(round)) >= 0; ++round) {
+        const WorkTile t = work[w];
+        for (int tile = 0; tile < key_tiles(t.row_tile, seq_len); ++tile) {
+          load_k(t, tile);
+          if (previous_tile >= 0) load_v(previous, previous_tile);
+          if (tile == 0) load_q(t);
+          previous = t, previous_tile = tile;
+        }
+      }
+      if (previous_tile >= 0) load_v(previous, previous_tile);
+    }
+  } else {
+    // ==== consumer warpgroups =====================================================================
+    setmaxnreg_inc<kConsumerRegs>();
+    // Consumer warpgroup 0 (A) or 1 (B): rows 64 cwg.. Read through a shuffle from lane 0, so that
+    // the compiler keeps it, and the Q descriptor made from it, in uniform registers (V20).
+    const int cwg = __shfl_sync(0xffffffff, wg - 1, 0);
+    const int my_turn = kTurnBar + cwg, their_turn = kTurnBar + (1 - cwg);
+    // The thread that issues (and waits for) this warpgroup's O stores; asked where it is needed, as a
+    // flag held over the work tile loop would be the one value the 168 registers of the build spill.
+    const auto store_thread = [] { return threadIdx.x % 128 == 0; };
+    const int g = lane / 4, quad = lane % 4;
+
+    // wgmma descriptors of k-step 0. QK's k-step ks reads head columns 16ks..: box half ks / 4, 32
+    // bytes per k-step inside it. PV's k-step kk reads keys 16kk..: 16 rows of 128 bytes further.
+    const uint64_t q_desc0 = make_desc_sw128(smem_addr(smem.q[0]) + cwg * kWgRows * kBoxRowBytes, 16, kAtomBytes);
+    const auto qk_step = [](int ks, int rows) { return (ks / 4) * rows * kBoxRowBytes + (ks % 4) * 32; };
+
+    float o_acc[64];  // O: 64 rows x 128 head columns per warpgroup (zeroed at each work tile)
+    float s_acc[64];               // S of the tile whose QK is in the current batch
+    uint32_t p_frag[kBc / 16][4];  // P of the tile whose PV is in the current batch
+    float row_max[2];  // rows g, g + 8: m, (max - m) * scale_log2 <= 8 (V22; -inf at each work tile)
+    float row_sum[2];  // this thread's part of the running sum of exp (0 at each work tile)
+
+    // ---- the pieces of a batch -------------------------------------------------------------------
+    // S = Q K^T: 64 rows x 128 keys per warpgroup, 8 wgmma k16 steps over the head dim.
+    const auto issue_qk = [&](int stage) {
+      const uint64_t k_desc0 = make_desc_sw128(smem_addr(smem.k[stage][0]), 16, kAtomBytes);
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks)
+        wgmma_m64n128k16_ss(s_acc, desc_advance(q_desc0, qk_step(ks, kBr)), desc_advance(k_desc0, qk_step(ks, kBc)),
+                            ks > 0);
+    };
+    // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
+    // B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
+    // 128 B apart, 8-key groups SBO = 1024 B apart.
+    const auto issue_pv = [&](int stage) {
+      const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk)
+        wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
+    };
+    // Before a batch: the registers its wgmma write or read were last touched by ordinary code.
+    const auto batch_begin = [&] {
+      fence_regs(o_acc), fence_regs(s_acc);
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
+      wgmma_fence();
+    };
+    // The mask on S (s_acc[4i + 2h + e]: row g + 8h of the warp's 16, key 8i + 2 quad + e): -inf on keys
+    // at or past S, and under the causal mask on keys after the row. Only on a work tile's last key
+    // tile, and there only where the diagonal or S crosses it (mask_last): the diagonal tile is a
+    // row tile's last, and so is the tile S ends in. Every row keeps at least one key of every tile
+    // it reads (its diagonal key, or the tile's first).
+    const bool mask_last = kCausal || seq_len % kBc != 0;
+    const auto mask_s = [&](int row_tile, int tile) {
+      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g, key0 = tile * kBc + 2 * quad;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int row = row0 + 8 * ((i / 2) % 2), key = key0 + 8 * (i / 4) + i % 2;
+        if (key >= seq_len || (kCausal && key > row)) s_acc[i] = -INFINITY;
+      }
+    };
+    // Online softmax of S in registers (a thread holds 32 of the 128 columns of rows g, g + 8). It
+    // leaves exp(S - m) in s_acc and the factors O is to be rescaled by in rescale[]: O itself may
+    // still be in flight. row_max holds m, which moves to the running max only when (max - m) *
+    // scale_log2 > kRescaleLog2 (always at a work tile's first tile, where m = -inf);
+    // rescale_o_needed: whether any row of this warp moved its m, the same in every lane.
+    float rescale[2];
+    bool rescale_o_needed = true;
+    const auto softmax = [&] {
+      float neg_max_scaled[2];
+      bool moved = false;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) tile_max = fmaxf(tile_max, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
+        const float new_max = fmaxf(row_max[h], quad_max(tile_max));
+        rescale[h] = 1.f;
+        if ((new_max - row_max[h]) * scale_log2 > kRescaleLog2) {
+          rescale[h] = fast_exp2((row_max[h] - new_max) * scale_log2);
+          row_max[h] = new_max;
+          moved = true;
+        }
+        neg_max_scaled[h] = -row_max[h] * scale_log2;
+        row_sum[h] *= rescale[h];
+      }
+      rescale_o_needed = __any_sync(0xffffffff, moved);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int h = (i / 2) % 2;
+        s_acc[i] = fast_exp2(fmaf(s_acc[i], scale_log2, neg_max_scaled[h]));
+        row_sum[h] += s_acc[i];
+      }
+    };
+    // V23: P against the current m first; the max only where a thread's part of a row sums above
+    // 2^8 (true whenever one of its P is). Leaves what softmax leaves, or returns false with m and the
+    // sums untouched: a P or a sum of the warp overflowed, and S must be multiplied again (recompute_s).
+    const auto softmax_against_m = [&] {
+      float neg_max_scaled[2], tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) neg_max_scaled[h] = -row_max[h] * scale_log2;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int h = (i / 2) % 2;
+        s_acc[i] = fast_exp2(fmaf(s_acc[i], scale_log2, neg_max_scaled[h]));
+        tile_sum[h] += s_acc[i];
+      }
+      rescale[0] = rescale[1] = 1.f;
+      rescale_o_needed = false;
+      if (__any_sync(0xffffffff, tile_sum[0] > kRescaleP || tile_sum[1] > kRescaleP)) {
+        float p_max[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float m = 0.f;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
+          p_max[h] = quad_max(m);
+        }
+        // An overflowed P, or a sum of finite ones: S is needed again. (Below, 1 / p_max is subnormal
+        // for p_max above 2^126: exact, as nvcc_flags flush no denormals.)
+        const bool overflow = p_max[0] == INFINITY || p_max[1] == INFINITY || tile_sum[0] == INFINITY ||
+                              tile_sum[1] == INFINITY;
+        if (__any_sync(0xffffffff, overflow)) return false;
+        bool moved = false;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (p_max[h] > kRescaleP) {  // V22's rule: m moves to the tile's max, P and the sums with it
+            rescale[h] = 1.f / p_max[h];
+            row_max[h] += __log2f(p_max[h]) / scale_log2;
+            tile_sum[h] *= rescale[h];
+            moved = true;
+          }
+        rescale_o_needed = __any_sync(0xffffffff, moved);
+        if (rescale_o_needed) {
+#pragma unroll
+          for (int i = 0; i < 64; ++i) s_acc[i] *= rescale[(i / 2) % 2];
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * rescale[h] + tile_sum[h];
+      return true;
+    };
+    // This thread's 64 elements of S = Q K^T for K/V stage `stage`, on the FMA pipe from the swizzled
+    // tiles (hopper.cuh's layout): the rare path of softmax_against_m, taken by a whole warp.
+    const auto recompute_s = [&](int stage) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int q_row = cwg * kWgRows + warp * 16 + g + 8 * ((i / 2) % 2), key = 8 * (i / 4) + 2 * quad + i % 2;
+        float dot = 0.f;
+#pragma unroll 1
+        for (int c = 0; c < kD; c += 2) {
+          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(tile_element<kBr>(smem.q[0], q_row, c)));
+          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(tile_element<kBc>(smem.k[stage][0], key, c)));
+          dot = fmaf(a.x, b.x, fmaf(a.y, b.y, dot));
+        }
+        s_acc[i] = dot;
+      }
+    };
+    // O rescaled by the factors of the last softmax (its columns are head dims, its rows the same
+    // g, g + 8): once PV(j - 2) is complete, before the turn (V20).
+    const auto rescale_o = [&] {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o_acc[i] *= rescale[(i / 2) % 2];
+    };
+    // Once PV(j - 1) is done with P(j - 1): P(j) packed as wgmma A fragments, k16 slice kk (keys
+    // 16kk..) from accumulator blocks 2kk, 2kk + 1.
+    const auto pack_p = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) p_frag[kk][r] = pack_half2(s_acc[8 * kk + 2 * r], s_acc[8 * kk + 2 * r + 1]);
+    };
+    // Done with this warpgroup's rows of this work tile's Q (after its last QK and the softmax that may
+    // read them again): the producer may load the next work tile's rows of this warpgroup.
+    const auto release_q = [&] {
+      if (lane == 0) mbar_arrive(&smem.q_empty[cwg]);
+    };
+
+    Ring<kStages> ring;  // the next K/V tile to multiply, running over the work tiles
+    uint32_t q_phase = 0;  // parity of the block's current work tile
+    for (int round = 0, w; (w = work.of_block(round)) >= 0; ++round) {
+      const WorkTile t = work[w];
+      const int tiles = key_tiles(t.row_tile, seq_len);
+      const bool first_work_tile = round == 0, last_work_tile = work.of_block(round + 1) < 0;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
+      row_max[0] = row_max[1] = -INFINITY;
+      row_sum[0] = row_sum[1] = 0.f;
+
+      mbar_wait(&smem.q_full[cwg], q_phase);
+      q_phase ^= 1;
+
+      // ---- batch 0: QK(0) -------------------------------------------------------------------------
+      mbar_wait(&smem.k_full[ring.stage], ring.phase);
+      if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
+      batch_begin();
+      issue_qk(ring.stage);
+      wgmma_commit();
+      named_bar_arrive(their_turn, kConsumerThreads);
+      wgmma_wait<0>();
+      fence_regs(s_acc);
+      if (mask_last && tiles == 1) mask_s(t.row_tile, 0);
+      if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
+      if (tiles == 1) release_q();
+      softmax();
+
+      // ---- batches 1 .. n - 1: QK(j), then PV(j - 1), two commit groups (V17's rotated loop) ------
+      Ring<kStages> pv = ring;  // the stage of tile j - 1
+      ring.advance();
+      for (int tile = 1; tile < tiles; ++tile) {
+        mbar_wait(&smem.k_full[ring.stage], ring.phase);
+        mbar_wait(&smem.v_full[pv.stage], pv.phase);
+        wgmma_wait<0>();  // PV(j - 2) complete (nothing pending at j = 1)
+        fence_regs(o_acc);
+#pragma unroll
+        for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
+        if (tile > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
+        pack_p();     // P(j - 1)
+        if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn, if m moved
+        named_bar_sync(my_turn, kConsumerThreads);
+        batch_begin();  // one fence for both products: P and O were written by ordinary instructions
+        issue_qk(ring.stage);
+        wgmma_commit();
+        issue_pv(pv.stage);
+        wgmma_commit();
+        named_bar_arrive(their_turn, kConsumerThreads);
+        wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
+        fence_regs(s_acc);
+        const bool masked = mask_last && tile == tiles - 1;
+        if (masked) mask_s(t.row_tile, tile);
+        if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
+          recompute_s(ring.stage);
+          if (masked) mask_s(t.row_tile, tile);
+          softmax();
+        }
+        if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);  // K (and Q) read again at most above
+        if (tile == tiles - 1) release_q();  // the last QK of this work tile has read Q
+        pv = ring;
+        ring.advance();
+      }
+
+      // ---- batch n: PV(n - 1) ---------------------------------------------------------------------
+      mbar_wait(&smem.v_full[pv.stage], pv.phase);
+      wgmma_wait<0>();  // PV(n - 2) complete (nothing pending if n = 1)
+      fence_regs(o_acc);
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
+      if (tiles > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
+      pack_p();  // P(n - 1)
+      // Epilogue step 1: the previous work tile's store has read the O tile (nothing to wait for at
+      // the block's first); the turn sync below carries that to the warpgroup's 128 threads.
+      if (store_thread()) bulk_wait_group_read<0>();
+      if (rescale_o_needed) rescale_o();
+      named_bar_sync(my_turn, kConsumerThreads);
+      batch_begin();
+      issue_pv(pv.stage);
+      wgmma_commit();
+      if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
+      wgmma_wait<0>();
+      fence_regs(o_acc);
+      if (lane == 0) mbar_arrive(&smem.v_empty[pv.stage]);
+
+      // ---- O / row_sum -> the O tile (fp16, stmatrix) -> global (TMA store, rows past S clipped);
+      //      the producer is loading the next tile meanwhile ---------------------------------------
+      float inv[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) inv[h] = 1.f / quad_sum(row_sum[h]);
+      write_o_rows<kBr>(smem.o[0], cwg * kWgRows, o_acc, inv);
+      fence_proxy_async();  // this thread's writes, visible to the TMA unit's reads
+      named_bar_sync(kOBar + cwg, 128);  // all 128 threads of this warpgroup have written and fenced its rows
+      if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
+        const int o_row = t.row_tile * kBr + cwg * kWgRows;
+        tma_store_4d(&tmap_o, smem.o[0] + cwg * kWgRows * kBoxCols, 0, o_row, t.head, t.batch);
+        tma_store_4d(&tmap_o, smem.o[1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row, t.head, t.batch);
+        bulk_commit_group();
+      }
+    }
+    // The block's last stores must have read the O tile before the block exits and its shared
+    // memory goes to another; waiting for the whole group is as cheap and leaves nothing in flight.
+    if (store_thread()) bulk_wait_group<0>();
+  }
+}
