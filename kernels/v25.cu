@@ -12,9 +12,12 @@
 //   (16 heads at S = 16384, every head of the case at S <= 4096). Measured by cycles at B = 1, H = 64
 //   (NOTES): plain rounds took 10% more at S = 1024, the snake with 32 MB sections 25% more at 4096
 //   (the sections restart the long tiles every four rounds there), and no sections 6% more at 16384.
-// Choice: the mask's instructions, on a work tile's last key tile only, sit in the loop behind a
-//   branch: compiled out (no mask at all), the loop took 1.2% fewer cycles at S = 16384; peeling the
-//   last key tile out of the loop is the way to that, at the price of a second copy of a batch.
+// Choice: the mask's instructions, for a work tile's last key tile only, sit in the loop behind a
+//   branch. Measured (NOTES): compiled out, the loop took 1.2% fewer cycles at S = 16384; with the
+//   last key tile peeled out of the loop (two copies of a batch) V25 was level with V24 there but took
+//   6.6% more at S = 1024, short work tiles, which a smaller build did not lose (the code's size, as
+//   the builds tell and no profile yet shows; half of a batch's code is the rare path's 64 unrolled
+//   dot products).
 //
 //   384 threads = 3 warpgroups, __launch_bounds__(384, 1), setmaxnreg 24 / 240, once per block;
 //   the persistent grid: one block per SM, walking the work tiles (row tile, head) in rounds (WorkTiles)

@@ -3,6 +3,7 @@ and defects planted into the real kernels fail the check (skipped without a GPU)
 import importlib.util
 import json
 import random
+import shutil
 import subprocess
 import sys
 
@@ -215,6 +216,38 @@ def test_a_mislaunched_kernel_fails_loudly_and_the_run_goes_on(build, name, how)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not result["passed"] and result["fatal"]
     assert result["reason"].startswith("kernel launch failed")
+
+
+# One launch at a small ragged shape with an odd B*H, on far_max (the rare path): what compute-sanitizer runs.
+LAUNCH_ONCE = """
+import sys
+import cupy as cp
+from flashbench.config import Shape
+from flashbench.files import read_json
+from flashbench.launch import AttentionKernel
+
+kernel = AttentionKernel(sys.argv[1], read_json(sys.argv[2]))
+kernel(*kernel.inputs(Shape(1, 3, 200, 128), cp.random.default_rng(0), "far_max"))
+cp.cuda.runtime.deviceSynchronize()
+"""
+
+
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_kernel_by_head_is_clean_under_compute_sanitizer(build, causal_build, tmp_path, tool, causal):
+    sanitizer = shutil.which("compute-sanitizer")
+    if sanitizer is None:
+        pytest.skip("compute-sanitizer not found")
+    for kernel in (causal_build if causal else build).values():
+        if not kernel.by_head:
+            continue
+        record = tmp_path / f"{kernel.name}.json"
+        write_json(record, kernel.record)
+        proc = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "9", sys.executable, "-c", LAUNCH_ONCE,
+                               str(kernel.cubin), str(record)], capture_output=True, text=True, timeout=300)
+        out = proc.stdout + proc.stderr  # the sanitizer's report, then the program's
+        assert proc.returncode == 0, out[-2000:]
+        assert "ERROR SUMMARY: 0 errors" in out or "RACECHECK SUMMARY: 0 hazards" in out, out[-2000:]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
