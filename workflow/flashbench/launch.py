@@ -165,14 +165,10 @@ class AttentionKernel:
         (`heads` unless given) to a kernel by head only."""
         if row_tiles is None:
             row_tiles = self.row_tiles(seq_len)
-        key = tuple(_address(a) for a in (q, k, v, o)) + (seq_len, heads, scale_log2)
-        if self.persistent:
-            key += (row_tiles,)
-        if self.by_head:
-            key += (heads_per_batch or heads,)
+        key = (*(_address(a) for a in (q, k, v, o)), seq_len, heads, scale_log2, row_tiles, heads_per_batch or heads)
         params = self._params.get(key)
         if params is None:
-            params = _tensor_map_params(self.contract, *key[:7], row_tiles=row_tiles, heads_per_batch=heads_per_batch or heads)
+            params = _tensor_map_params(self.contract, *key)
             if len(self._params) >= 16:  # a sweep's shapes; an old entry is only ever reused for equal arrays
                 self._params.clear()
             self._params[key] = params

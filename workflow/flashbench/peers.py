@@ -156,7 +156,8 @@ class TorchPeer(_TorchBacked):
         if peer.backend == "unfused":
             self._attend = self._unfused
         else:
-            self._attend = functools.partial(F.scaled_dot_product_attention, is_causal=causal)
+            self._attend = (functools.partial(F.scaled_dot_product_attention, is_causal=True) if causal
+                            else F.scaled_dot_product_attention)
         self.activate()
 
     def activate(self) -> None:
