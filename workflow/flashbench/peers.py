@@ -150,7 +150,6 @@ class TorchPeer(_TorchBacked):
 
     def __init__(self, peer: Peer, causal: bool = False):
         super().__init__(peer, causal)
-        torch = self.torch
         import torch.nn.functional as F
 
         if peer.backend == "unfused":
