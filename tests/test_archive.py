@@ -184,7 +184,7 @@ def bad_invocations(tmp_path, settings_file):
                              "none.json: cannot be read"),
         "an edited settings file": (["check", "--settings", str(edited), "--peer", "sdpa_auto", *out],
                                     "is not a settings file the workflow wrote"),
-        "a kernel the settings do not run": (compile_args + ["--kernel", "v99"], "no kernel named 'v99' is run"),
+        "a kernel the settings do not run": (compile_args + ["--kernel", "v99"], "no kernel or peer named 'v99' is run"),
         "an arch no GPU of the kernels has": (["compile", *s, "--kernel", "v11", "--arch", "sm_42", "--cubin",
                                                str(tmp_path / "x.cubin"), "--record", str(tmp_path / "x.json")],
                                               "--arch sm_42: v11 is built for sm_90, "),

@@ -487,3 +487,30 @@ def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records
     (v24_turn,), (v25_turn,) = _turns(v24_sass), _turns(v25_sass)
     assert abs(len(v25_turn) - len(v24_turn)) <= 2 and not any("R2UR" in line for line in v25_turn)
     assert_softmax_between_the_waits_and_the_guard_first(v25_sass)
+
+
+@pytest.mark.parametrize("build, contract, message", [
+    ("v25.causal", {}, "built for the configuration causal (mask causal), its launch contract says not causal"),
+    ("v25", {"causal": True}, "built for the configuration dense (mask none), its launch contract says causal"),
+])
+def test_a_build_whose_contract_states_another_mask_is_refused(tmp_path, capsys, monkeypatch, settings, build, contract,
+                                                               message):
+    """A kernel in a configuration is built with the configuration's parameters (FLASH_CAUSAL=1 for the
+    causal one), and its launch contract must say the mask back: a source that ignores the parameter
+    would be checked and timed as what it does not compute. No record is written."""
+    import flashbench.compile
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(cli, "load_settings", lambda path: settings)
+    given = {}
+
+    def fake_compile(name, source, arch, flags, defines, cubin):
+        given.update(name=name, defines=defines)
+        return {"launch": contract}
+
+    monkeypatch.setattr(flashbench.compile, "compile_kernel", fake_compile)
+    record = tmp_path / "out.json"
+    assert cli.main(["compile", "--settings", "settings.json", "--kernel", build, "--arch", "sm_90a",
+                     f"--cubin={tmp_path / 'out.cubin'}", f"--record={record}"]) == 1
+    assert given == {"name": build, "defines": {"FLASH_CAUSAL": 1} if build.endswith("causal") else {}}
+    assert message in capsys.readouterr().err and not record.exists()

@@ -1,4 +1,5 @@
 import copy
+import re
 
 import pytest
 import yaml
@@ -152,3 +153,50 @@ def test_snakemake_rejects_bad_config_before_any_job(tmp_path):
     assert proc.returncode != 0
     assert "config key 'case.S': 1000 is not a multiple of 128" in proc.stderr + proc.stdout
     assert "Job stats" not in proc.stdout
+
+
+def test_configurations_name_each_kernel_build_and_peer_run_the_first_keeping_its_names():
+    settings = validate(CONFIG, root=ROOT)
+    assert [c.name for c in settings.configurations] == ["dense", "causal"]
+    assert [c.causal for c in settings.configurations] == [False, True]
+    builds = {run.name: run for run in settings.kernel_builds()}
+    assert list(builds)[:2] == ["v11", "v12"] and "v25.causal" in builds and "v24.causal" not in builds
+    assert builds["v25.causal"].of == "v25" and builds["v25.causal"].configuration.causal
+    assert settings.defines("v25.causal") == {"FLASH_CAUSAL": 1} and settings.defines("br128") == {"BLOCK_ROWS": 128}
+    assert settings.run("sdpa_cudnn.causal").of == "sdpa_cudnn" and settings.run("sdpa_cudnn").configuration.name == "dense"
+    assert len(settings.peer_runs()) == 2 * len(settings.peers)
+    # the first configuration's jobs read what they read before configurations; another's reads its own
+    assert "configuration" not in settings.used_by("check", "v25")
+    assert settings.used_by("check", "v25.causal")["configuration"]["mask"] == "causal"
+    assert settings.used_by("compile", "v25.causal")["defines"] == {"FLASH_CAUSAL": 1}
+
+
+@pytest.mark.parametrize("name, message", [
+    ("v24.causal", "v24 does not run in the configuration 'causal' (config key 'kernels.v24.configurations')"),
+    ("v25.sliding", "no configuration named 'sliding'"),
+    ("v99.causal", "no kernel or peer named 'v99'"),
+])
+def test_a_run_outside_the_configurations_is_refused_naming_the_key(name, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(CONFIG, root=ROOT).run(name)
+
+
+def test_without_configurations_every_kernel_runs_in_the_dense_one():
+    bare = {k: v for k, v in copy.deepcopy(CONFIG).items() if k != "configurations"}
+    for spec in bare["kernels"].values():
+        spec.pop("configurations", None)
+    settings = validate(bare, root=ROOT)
+    assert [c.name for c in settings.configurations] == ["dense"] and not settings.configurations[0].causal
+    assert [run.name for run in settings.kernel_builds()] == [k.name for k in settings.kernels]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["kernels"]["v25"].update(configurations=["dense", "sliding"]),
+     "config key 'kernels.v25.configurations[1]': unknown configuration 'sliding'"),
+    (lambda c: c["configurations"]["causal"].update(mask="sliding"), "configurations.causal.mask"),
+    (lambda c: c["configurations"]["causal"].update(D=64), "configurations.causal.D"),
+])
+def test_a_bad_configuration_is_refused_naming_the_key(edit, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(edited(edit), root=ROOT)
+

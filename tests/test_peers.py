@@ -24,9 +24,13 @@ def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, set
     check, bench = tmp_path / "check" / f"{name}.json", tmp_path / "bench" / f"{name}.json"
     assert main(["check", "--settings", settings_file, "--peer", name, "--out", str(check)]) == 0
     record = json.loads(check.read_text())
-    assert record == {"kernel": settings.peers[0].name, "gate": {"factor": 2.0, "tolerance": 0.005}, "passed": False,
-                      "skipped": "torch is not installed", "reason": "skipped: torch is not installed", "shapes": [],
-                      "inputs_sha256": {}}
+    assert record == {"kernel": settings.peers[0].name, "configuration": "dense", "gate": {"factor": 2.0, "tolerance": 0.005},
+                      "passed": False, "skipped": "torch is not installed", "reason": "skipped: torch is not installed",
+                      "shapes": [], "inputs_sha256": {}}
+    causal = tmp_path / "check" / f"{name}.causal.json"  # the same peer in another configuration: a run of its own
+    assert main(["check", "--settings", settings_file, "--peer", f"{name}.causal", "--out", str(causal)]) == 0
+    assert {k: json.loads(causal.read_text())[k] for k in ("kernel", "configuration", "passed")} == {
+        "kernel": f"{name}.causal", "configuration": "causal", "passed": False}
     assert main(["bench", "--settings", settings_file, "--peer", name, "--check", str(check), "--out", str(bench)]) == 0
     assert json.loads(bench.read_text()) == {"kernel": settings.peers[0].name, "timed": False,
                                              "reason": "skipped: torch is not installed", "inputs_sha256": {}}

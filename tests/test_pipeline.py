@@ -48,8 +48,9 @@ H200 = ("--config", "gpu=nvidia-h200", "gpu_arch=sm_90")  # GPU mode on any mach
 
 
 def builds(settings, archs: int) -> int:
-    """Compile jobs: `archs` per kernel built for the global archs, one per own arch for the others."""
-    return sum(len(k.archs) if k.archs else archs for k in settings.kernels)
+    """Compile jobs: per kernel and configuration it runs in, `archs` for a kernel built for the global
+    archs, one per own arch for the others."""
+    return sum((len(k.archs) if k.archs else archs) * len(k.configurations) for k in settings.kernels)
 
 
 def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
@@ -88,7 +89,7 @@ def test_a_kernels_gpu_jobs_wait_for_its_build(checkout, settings):
     proc = snakemake(checkout, "-n", "-c1", *H200)
     assert proc.returncode == 0, proc.stderr
     assert len(re.findall(r"^checkpoint compile_kernel:", proc.stdout, re.M)) == builds(settings, 2)
-    jobs = re.findall(r"^rule (\w+):\n(?:.*\n)*?\s+reason: (.*)\n\s+wildcards: (?:\w+=\w+, )*(?:kernel|peer)=(\w+)",
+    jobs = re.findall(r"^rule (\w+):\n(?:.*\n)*?\s+reason: (.*)\n\s+wildcards: (?:\w+=\w+, )*(?:build|kernel|peer)=(\w+)",
                       proc.stdout, re.M)
     kernel_jobs = [(rule, reason, name) for rule, reason, name in jobs if rule.endswith("_kernel")]
     assert {rule for rule, _, _ in kernel_jobs} == {"check_kernel", "bench_kernel", "sweep_kernel"}
@@ -659,3 +660,18 @@ def test_a_record_made_from_the_same_bytes_is_up_to_date_whatever_the_file_times
     write_json(record, {"kernel": "br128"})  # made before records named their inputs: by file times
     os.utime(record, (time.time() - 3600, time.time() - 3600))
     assert job_counts(snakemake(checkout, *target).stdout) == {"check_kernel": 1}
+
+
+def test_the_check_runs_every_kernel_build_and_peer_in_each_configuration_it_runs_in(checkout, settings):
+    """`snakemake check` checks each kernel in each configuration it names (v25 and v25.causal, from
+    builds of their own) and each peer in every configuration; the report's jobs stay those of the
+    first configuration."""
+    proc = snakemake(checkout, "-n", "check", *H200)
+    assert proc.returncode == 0, proc.stderr
+    counts = job_counts(proc.stdout)
+    assert counts["check_kernel"] == len(settings.kernel_builds())
+    assert counts["check_peer"] == len(settings.peers) * len(settings.configurations)
+    assert "results/nvidia-h200/check/v25.causal.json" in proc.stdout
+    assert "results/nvidia-h200/check/sdpa_cudnn.causal.json" in proc.stdout
+    report = job_counts(snakemake(checkout, "-n", *H200).stdout)
+    assert report["check_kernel"] == len(settings.kernels) and report["check_peer"] == len(settings.peers)

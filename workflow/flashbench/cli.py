@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import FlashbenchError, archives, attention
-from .config import ConfigError, Shape, conform, load_settings, supported_archs
+from .config import RUN_SEPARATOR, ConfigError, Shape, conform, load_settings, supported_archs
 from .files import digests, read_json, sha256, staged_folder, write_json, write_text
 from .validation import Expected, read_record
 
@@ -53,7 +53,8 @@ def cmd_compile(a) -> None:
     from . import gpu, gpulock
     from .compile import CommandFailed, check_paths, compile_kernel
 
-    kernel = a.settings.kernel(a.kernel)
+    run = a.settings.run(a.kernel)  # the kernel, or the kernel in another configuration (v25.causal)
+    kernel = a.settings.kernel(run.of)
     archs = kernel.archs or supported_archs()  # its own, or any the workflow builds kernels for
     if a.arch not in archs:
         raise FlashbenchError(f"--arch {a.arch}: {a.kernel} is built for {', '.join(archs)}")
@@ -61,10 +62,15 @@ def cmd_compile(a) -> None:
     # Builds run beside each other but never beside a GPU job: every GPU's lock, shared.
     with gpulock.hold_shared(gpu.all_bus_ids(), f"compile {a.kernel} {a.arch}", progress=_progress):
         try:
-            record = compile_kernel(a.kernel, kernel.source, a.arch, a.settings.nvcc_flags, kernel.defines, a.cubin)
+            record = compile_kernel(a.kernel, kernel.source, a.arch, a.settings.nvcc_flags, a.settings.defines(a.kernel),
+                                    a.cubin)
         except CommandFailed as e:
             print(e.transcript, end="", flush=True)
             raise
+    if record["launch"].get("causal", False) != run.configuration.causal:
+        raise FlashbenchError(f"{a.kernel}: built for the configuration {run.configuration.name} (mask "
+                              f"{run.configuration.mask}), its launch contract says {'' if record['launch'].get('causal') else 'not '}"
+                              f"causal: the source does not take the configuration's parameters")
     write_json(a.record, record)
     print(f"{a.kernel} {a.arch}: {record['registers']} registers, {record['spill_bytes']} spill bytes, "
           f"{record['smem_bytes']} B smem, {record['blocks_per_sm']} blocks/SM")
@@ -98,24 +104,36 @@ def _gpu_held(what: str):
 
 
 def _kernel(a):
-    """The implementation a check / bench / sweep / cycles runs: a compiled kernel or a configured peer."""
-    return _implementation(_peer_of(a), a.cubin, a.record)
+    """The implementation a check / bench / sweep / cycles runs: a compiled kernel or a configured peer
+    (in the configuration `--peer` names, as sdpa_cudnn.causal does)."""
+    return _implementation(_peer_of(a), a.cubin, a.record, _run(a))
 
 
 def _peer_of(a):
-    """The config.Peer `--peer` names, or None for a kernel."""
-    return a.settings.peer(a.peer) if a.peer else None
+    """The config.Peer `--peer` names (or a run of it in a configuration: sdpa_cudnn.causal), or None for
+    a kernel."""
+    if not a.peer:
+        return None
+    peer = a.settings.peer(a.peer.partition(RUN_SEPARATOR)[0])  # a peer the settings lack, named as such
+    a.settings.run(a.peer)  # and a configuration they lack
+    return peer
 
 
-def _implementation(peer, cubin: str | None, record_path: str | None):
-    """A peer (a config.Peer), or the kernel `cubin` its compile record describes."""
+def _run(a):
+    """The kernel build or peer run the command is for, with its configuration (config.Run)."""
+    return a.settings.run(_name(a))
+
+
+def _implementation(peer, cubin: str | None, record_path: str | None, run=None):
+    """A peer (a config.Peer, in `run`'s configuration and named by it where given), or the kernel
+    `cubin` its compile record describes."""
     from .compile import runs_on
     from .launch import AttentionKernel
 
     if peer:
         from . import peers
 
-        return peers.make(peer)
+        return peers.make(peer, causal=run.configuration.causal if run else False, name=run.name if run else None)
     import cupy as cp
 
     record = read_record(record_path, "compile")
@@ -142,8 +160,8 @@ def cmd_check(a) -> None:
 
     def skipped(reason) -> None:  # no torch, another GPU's kernel, no library kernel here: the run goes on
         name = _name(a)
-        _write_record(a, {"kernel": name, "gate": asdict(gate), "passed": False, "skipped": str(reason),
-                           "reason": f"skipped: {reason}", "shapes": []})
+        _write_record(a, {"kernel": name, "configuration": _run(a).configuration.name, "gate": asdict(gate),
+                           "passed": False, "skipped": str(reason), "reason": f"skipped: {reason}", "shapes": []})
         print(f"{name}: skipped, {reason}")
 
     try:
@@ -158,9 +176,11 @@ def cmd_check(a) -> None:
             kernel = _kernel(a)
         except PeerUnavailable as e:  # the library imports, but has no kernel for this GPU
             return skipped(e)
+        configuration = _run(a).configuration
         result = check_kernel(kernel, settings.check_shapes, gate, kinds=settings.check_inputs,
-                              smallest=settings.check_smallest, progress=_progress)
-        _write_record(a, {**result, **kernel.identity, "provenance": gpu.provenance()})
+                              smallest=settings.check_smallest, progress=_progress, causal=configuration.causal)
+        _write_record(a, {**result, "configuration": configuration.name, **kernel.identity,
+                          "provenance": gpu.provenance()})
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
 
 
@@ -595,7 +615,7 @@ def parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compile", help="nvcc one kernel for one arch and record ptxas's report")
     _settings_option(c)
-    c.add_argument("--kernel", required=True, help="its name in config's kernels (source, defines, nvcc flags)")
+    c.add_argument("--kernel", required=True, help="its build: a kernel of config's kernels, or <kernel>.<configuration> (source, defines, nvcc flags)")
     c.add_argument("--arch", required=True)
     c.add_argument("--cubin", required=True)
     c.add_argument("--record", required=True)
@@ -721,7 +741,7 @@ def main(argv=None) -> int:
         if hasattr(args, "settings_file"):
             args.settings = load_settings(args.settings_file)
             if getattr(args, "peer", None):
-                args.settings.peer(args.peer)  # a peer the settings do not have: said before anything runs
+                _peer_of(args)  # a peer, or a run of one, the settings do not have: said before anything runs
         args.run(args)
     except FlashbenchError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -31,6 +31,33 @@ class Shape:
 
 
 @dataclass(frozen=True)
+class Configuration:
+    """What a kernel or peer computes (config key 'configurations'): the mask, the head dim, the
+    element type."""
+    name: str
+    mask: str  # none | causal
+    D: int
+    dtype: str
+
+    @property
+    def causal(self) -> bool:
+        return self.mask == "causal"
+
+    @property
+    def defines(self) -> dict:
+        """Its compile-time parameters, beside the kernel's own defines."""
+        return {"FLASH_CAUSAL": 1} if self.causal else {}
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "mask": self.mask, "D": self.D, "dtype": self.dtype}
+
+
+# What a config without `configurations` runs in: no mask, D=128, fp16.
+DENSE = Configuration("dense", "none", 128, "fp16")
+RUN_SEPARATOR = "."  # a run in another configuration than the first: <kernel or peer>.<configuration>
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str
     kind: str  # version | ablation
@@ -42,6 +69,16 @@ class Kernel:
     defines: dict = field(default_factory=dict)
     archs: list[str] | None = None  # None: the global archs (and the GPU's own)
     line: str = "g3"  # g3: the chapter's table; hopper: the sm_90a line after V13
+    configurations: tuple[str, ...] = ()  # the configurations it runs in (validate fills in the first)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A kernel or peer in one configuration: named by the kernel or peer in the first configuration,
+    `<name>.<configuration>` in another, so that the first's files keep their names."""
+    name: str
+    of: str  # the kernel or peer
+    configuration: Configuration
 
 
 @dataclass(frozen=True)
@@ -108,17 +145,21 @@ class Settings:
     headline: list[str] = field(default_factory=list)  # the Hopper line's best versions, best first
     head_to_head: dict | None = None
     cycles: dict | None = None
+    configurations: list[Configuration] = field(default_factory=lambda: [DENSE])  # the case's first
     mapping: dict = field(default_factory=dict, repr=False, compare=False)  # the validated config it was made of
 
     def used_by(self, stage: str, name: str | None = None):
         """What of the settings `stage`'s command reads (for `name`, a kernel or peer, where the stage runs
         one): its rule's params carry a digest of it, so that Snakemake reruns a job when what it read
         changes, and only then. The summary reads them all."""
-        peer = {"peer": self.peer(name).as_dict()} if name in {p.name for p in self.peers} else {}
+        run = self.run(name) if name and stage in ("compile", "check") else None  # a build or a peer's run
+        of = run.of if run else name
+        peer = {"peer": self.peer(of).as_dict()} if of in {p.name for p in self.peers} else {}
+        if run and run.configuration != self.configurations[0]:  # the first's jobs read what they read before
+            peer["configuration"] = run.configuration.as_dict()
         case = self.case.as_dict()
         if stage == "compile":
-            kernel = self.kernel(name)
-            return {"nvcc_flags": self.nvcc_flags, "source": kernel.source, "defines": kernel.defines}
+            return {"nvcc_flags": self.nvcc_flags, "source": self.kernel(of).source, "defines": self.defines(name)}
         if stage == "check":
             return {**peer, "shapes": [s.as_dict() for s in self.check_shapes], "inputs": self.check_inputs,
                     "smallest": self.check_smallest, "factor": self.check_factor, "tolerance": self.tolerance}
@@ -174,6 +215,41 @@ class Settings:
             if kernel.name == name:
                 return kernel
         raise ConfigError(f"no kernel named {name!r} is run (config key 'versions')")
+
+    def configuration(self, name: str) -> Configuration:
+        for configuration in self.configurations:
+            if configuration.name == name:
+                return configuration
+        raise ConfigError(f"no configuration named {name!r} (config key 'configurations')")
+
+    def kernel_builds(self) -> list[Run]:
+        """Each kernel in each configuration it runs in: what the compile stage builds, in table order."""
+        return [self.run_of(k.name, self.configuration(c)) for k in self.kernels for c in k.configurations]
+
+    def peer_runs(self) -> list[Run]:
+        """Each peer in each configuration (a peer runs in every one), in table order."""
+        return [self.run_of(p.name, c) for p in self.peers for c in self.configurations]
+
+    def run_of(self, name: str, configuration: Configuration) -> Run:
+        suffix = "" if configuration == self.configurations[0] else RUN_SEPARATOR + configuration.name
+        return Run(name + suffix, name, configuration)
+
+    def run(self, name: str) -> Run:
+        """The kernel or peer and configuration of a run's name (v25, v25.causal)."""
+        of, _, configuration = name.partition(RUN_SEPARATOR)
+        run = self.run_of(of, self.configuration(configuration) if configuration else self.configurations[0])
+        kernel = next((k for k in self.kernels if k.name == of), None)
+        if kernel is None and of not in {p.name for p in self.peers}:
+            raise ConfigError(f"no kernel or peer named {of!r} is run (config keys 'versions', 'peers')")
+        if kernel is not None and run.configuration.name not in kernel.configurations:
+            raise ConfigError(f"{of} does not run in the configuration {run.configuration.name!r} "
+                              f"(config key 'kernels.{of}.configurations')")
+        return run
+
+    def defines(self, build: str) -> dict:
+        """A kernel build's -D parameters: the kernel's own, then its configuration's."""
+        run = self.run(build)
+        return {**self.kernel(run.of).defines, **run.configuration.defines}
 
     def peer(self, name: str) -> Peer:
         for peer in self.peers:
@@ -236,6 +312,9 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
         if error:
             raise ConfigError(f"config key '{error[0]}': {error[1]}")
 
+    configurations = [Configuration(name=name, **spec) for name, spec in config.get("configurations", {}).items()] \
+        or [DENSE]
+    known_configurations = [c.name for c in configurations]
     definitions = config["kernels"]
     kernels = []
     for i, name in enumerate(config["versions"]):
@@ -249,7 +328,12 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
             raise ConfigError(f"config key 'kernels.{name}.parent': an ablation must name the kernel it varies")
         if check_sources and not (Path(root) / spec["source"]).is_file():
             raise ConfigError(f"config key 'kernels.{name}.source': no such file {spec['source']!r}")
-        kernels.append(Kernel(name=name, **spec))
+        runs_in = tuple(spec.get("configurations", known_configurations[:1]))
+        for j, configuration in enumerate(runs_in):
+            if configuration not in known_configurations:
+                raise ConfigError(f"config key 'kernels.{name}.configurations[{j}]': unknown configuration "
+                                  f"{configuration!r} (defined under configurations: {', '.join(known_configurations)})")
+        kernels.append(Kernel(name=name, **{**spec, "configurations": runs_in}))
 
     peers = [Peer(name=name, **spec) for name, spec in config.get("peers", {}).items()]
     for peer in peers:
@@ -277,6 +361,9 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
                           f"command line")
 
     case = Shape(**config["case"])
+    if case.D != configurations[0].D:
+        raise ConfigError(f"config key 'case.D': {case.D}, but the first configuration "
+                          f"({configurations[0].name}) has D={configurations[0].D}")
     for peer in peers:
         if peer.max_seq_len is not None and peer.max_seq_len < case.S:
             raise ConfigError(f"config key 'peers.{peer.name}.max_seq_len': {peer.max_seq_len} is below the case's "
@@ -310,6 +397,7 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
         headline=headline,
         head_to_head=dict(head_to_head) if head_to_head else None,
         cycles=dict(config["cycles"]) if config.get("cycles") else None,
+        configurations=configurations,
         mapping=config,
     )
 

@@ -62,9 +62,12 @@ def require(peer: Peer) -> None:
         raise PeerUnavailable("flash-attn-4 (FlashAttention's CuTe DSL kernels, flash_attn.cute) is not installed")
 
 
-def make(peer: Peer, causal: bool = False):
-    """The implementation of a configured peer, under the causal mask where `causal`."""
-    return FlashAttnCutePeer(peer, causal) if peer.backend == FLASH_ATTN_CUTE else TorchPeer(peer, causal)
+def make(peer: Peer, causal: bool = False, name: str | None = None):
+    """The implementation of a configured peer, under the causal mask where `causal`, named `name` (its
+    run's, sdpa_cudnn.causal) where given, else the peer's."""
+    impl = FlashAttnCutePeer(peer, causal) if peer.backend == FLASH_ATTN_CUTE else TorchPeer(peer, causal)
+    impl.name = name or peer.name
+    return impl
 
 
 class _TorchBacked:

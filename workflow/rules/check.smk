@@ -1,4 +1,5 @@
-# check: each kernel against the fp32 reference on fresh random inputs (GPU).
+# check: each kernel build and peer, in each configuration it runs in, against the fp32 reference (the
+# configuration's mask applied) on fresh random inputs (GPU).
 
 if GPU_MODE:
 
@@ -6,9 +7,9 @@ if GPU_MODE:
         input:
             unpack(kernel_inputs("check", check=False)),
         output:
-            archive_output(f"results/{GPU_SLUG}/check/{{kernel}}.json"),
+            archive_output(f"results/{GPU_SLUG}/check/{{build}}.json"),
         log:
-            f"logs/{GPU_SLUG}/check/{{kernel}}.log",
+            f"logs/{GPU_SLUG}/check/{{build}}.log",
         params:
             files=lambda w: kernel_files(w, check=False),
             settings=settings_of("check"),
@@ -36,4 +37,4 @@ if GPU_MODE:
 
     rule check:
         input:
-            run_records("check"),
+            run_records("check", CHECKED),

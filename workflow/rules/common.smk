@@ -1,5 +1,6 @@
 # Configuration, GPU detection and path helpers shared by every stage.
 import functools
+import re
 import shlex
 import shutil
 import sys
@@ -25,6 +26,12 @@ except ImportError:
 SETTINGS = fb_config.validate(config)
 SETTINGS_FILE = fb_config.write_settings(config, ".snakemake/flashbench/settings")  # run state, never archived
 KERNELS = {k.name: k for k in SETTINGS.kernels}
+# Each kernel in each configuration it runs in (config.Run), by its build's name: the kernel's in the
+# first configuration (v25), <kernel>.<configuration> in another (v25.causal)
+BUILDS = {run.name: run for run in SETTINGS.kernel_builds()}
+PEER_RUNS = {run.name: run for run in SETTINGS.peer_runs()}  # each peer in each configuration, the same way
+# Checked in every configuration; timed, swept, profiled and reported in the first so far
+CHECKED = list(BUILDS) + list(PEER_RUNS)
 PEERS = {p.name: p for p in SETTINGS.peers}
 RUNS = list(KERNELS) + list(PEERS)  # everything checked, timed and swept, in table order
 PY = shlex.quote(sys.executable)
@@ -92,14 +99,15 @@ PAIRED_TABLES = ("head_to_head", "cycles")
 wildcard_constraints:
     arch="sm_[0-9]+a?",
     kernel="|".join(KERNELS),
-    peer="|".join(PEERS) or "(?!)",
+    build="|".join(map(re.escape, BUILDS)),
+    peer="|".join(map(re.escape, PEER_RUNS)) or "(?!)",
     gpu="[a-z0-9][a-z0-9-]*",
 
 
 def settings_of(stage):
     """A rule's params entry: the digest of what `stage`'s command reads of the settings for the job's
     kernel or peer (config.Settings.used_by)."""
-    return lambda w: fb_config.digest(SETTINGS.used_by(stage, w.get("kernel") or w.get("peer")))
+    return lambda w: fb_config.digest(SETTINGS.used_by(stage, w.get("build") or w.get("kernel") or w.get("peer")))
 
 
 def command_code(command):
@@ -109,8 +117,9 @@ def command_code(command):
 
 
 def kernel_archs(name):
-    """What a kernel is built for: its own `archs` in config, else every arch in ARCHS."""
-    return KERNELS[name].archs or ARCHS
+    """What a kernel's build (a kernel, or one in another configuration) is built for: the kernel's own
+    `archs` in config, else every arch in ARCHS."""
+    return KERNELS[BUILDS[name].of].archs or ARCHS
 
 
 def build_of(name, ext):
@@ -129,7 +138,7 @@ def after_the_builds(names):
     (by_content): a fresh clone's rebuilt cubins are new files, but the bytes its records were made
     from. No build runs beside a GPU job all the same: a compile holds every GPU's lock, shared."""
     for name in names:
-        checkpoints.compile_kernel.get(arch=Path(build_of(name, "cubin")).parent.name, kernel=name)
+        checkpoints.compile_kernel.get(arch=Path(build_of(name, "cubin")).parent.name, build=name)
 
 
 @functools.cache
@@ -152,24 +161,26 @@ def by_content(record, inputs):
     return {key: [mark(p) for p in value] if isinstance(value, list) else mark(value) for key, value in inputs.items()}
 
 
-def measured(stage, inputs_of, built=lambda w: [w.kernel] if "kernel" in w.keys() else []):
+def measured(stage, inputs_of, built=lambda w: [w.get("build") or w.kernel] if {"build", "kernel"} & set(w.keys()) else []):
     """The input function of a GPU stage's rule: `inputs_of(wildcards)` once the builds it runs are done
-    (`built(wildcards)`: the job's kernel, if any), by content against the job's record
-    (results/<gpu>/<stage>/<kernel, peer or point>.json)."""
+    (`built(wildcards)`: the job's kernel build, if any), by content against the job's record
+    (results/<gpu>/<stage>/<build, kernel, peer or point>.json)."""
 
     def inputs(w):
         after_the_builds(built(w))
-        name = w.get("kernel") or w.get("peer") or w.get("point")
+        name = w.get("build") or w.get("kernel") or w.get("peer") or w.get("point")
         return by_content(f"results/{GPU_SLUG}/{stage}/{name}.json", inputs_of(w))
 
     return inputs
 
 
 def kernel_files(w, check=True):
-    """A kernel's GPU job's files: its build for this GPU and, after the check, its check record (the
-    command line names them from params: before the builds are done its inputs are not known)."""
-    return {"cubin": build_of(w.kernel, "cubin"), "record": build_of(w.kernel, "json"),
-            **({"check": f"results/{GPU_SLUG}/check/{w.kernel}.json"} if check else {})}
+    """A kernel's GPU job's files: its build for this GPU (the job's build, or its kernel's in the first
+    configuration) and, after the check, its check record (the command line names them from params:
+    before the builds are done its inputs are not known)."""
+    name = w.get("build") or w.kernel
+    return {"cubin": build_of(name, "cubin"), "record": build_of(name, "json"),
+            **({"check": f"results/{GPU_SLUG}/check/{name}.json"} if check else {})}
 
 
 def peer_files(w, check=True):
@@ -188,7 +199,7 @@ def peer_inputs(stage, check=True):
 
 
 def compile_records():
-    return [f"build/{arch}/{name}.json" for name in KERNELS for arch in kernel_archs(name)]
+    return [f"build/{arch}/{name}.json" for name in BUILDS for arch in kernel_archs(name)]
 
 
 ABLATIONS = [name for name, k in KERNELS.items() if k.kind == "ablation"]
@@ -249,7 +260,7 @@ def archive_output(path):
 
 # A peer's check reruns when a package it needs comes or goes (or changes version): a peer skipped
 # for want of torch or FlashAttention is not up to date once it is installed.
-LIBRARIES = {name: fb_peers.libraries(peer) for name, peer in PEERS.items()}
+LIBRARIES = {name: fb_peers.libraries(PEERS[run.of]) for name, run in PEER_RUNS.items()}
 
 
 def report_figures(gpu):

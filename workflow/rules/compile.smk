@@ -1,4 +1,5 @@
-# compile: one cubin and one ptxas record per kernel and architecture (no GPU needed). The log
+# compile: one cubin and one ptxas record per kernel build (a kernel in one of its configurations) and
+# architecture (no GPU needed). The log
 # gets all nvcc printed; a failure's first lines of error reach the console too (stderr through tee;
 # both write by appending, so neither overwrites the other).
 
@@ -7,18 +8,18 @@
 # Snakemake decides them again once the builds are done, by the builds' content (by_content).
 checkpoint compile_kernel:
     input:
-        source=lambda w: KERNELS[w.kernel].source,
+        source=lambda w: KERNELS[BUILDS[w.build].of].source,
         headers=KERNEL_HEADERS,
         code=command_code("compile"),
     output:
-        cubin="build/{arch}/{kernel}.cubin",
-        record="build/{arch}/{kernel}.json",
+        cubin="build/{arch}/{build}.cubin",
+        record="build/{arch}/{build}.json",
     log:
-        "logs/compile/{arch}/{kernel}.log",
+        "logs/compile/{arch}/{build}.log",
     params:
         settings=settings_of("compile"),
     shell:
-        ": > {log}; {PY} -m flashbench compile --settings {SETTINGS_FILE} --kernel {wildcards.kernel}"
+        ": > {log}; {PY} -m flashbench compile --settings {SETTINGS_FILE} --kernel {wildcards.build}"
         " --arch {wildcards.arch} --cubin {output.cubin} --record {output.record} 2>&1 >> {log} | tee -a {log} >&2"
 
 
