@@ -7,7 +7,8 @@
 // Causal: row tile r (rows 128r..128r+127) needs key tiles 0..r only (Br = Bc): the tiles wholly
 // above the diagonal are never loaded or multiplied, and the mask is applied on the diagonal tile
 // alone (the last of a work tile). The work tiles go longest first, in sections of heads that share
-// their K and V in L2 (hopper.cuh's WorkTiles); without a mask the order is V24's.
+// their K and V in L2, each round of the grid's blocks in a snake (hopper.cuh's WorkTiles); without a
+// mask a section is one head, V24's order but for the snake and the row tiles from the last.
 // Choice: under the mask, the rounds of work tiles in a snake and sections of 128 MB of K and V
 //   (16 heads at S = 16384, every head of the case at S <= 4096). Measured by cycles at B = 1, H = 64
 //   (NOTES): plain rounds took 10% more at S = 1024, the snake with 32 MB sections 25% more at 4096
@@ -114,8 +115,10 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       *reinterpret_cast<SharedStorage*>(smem_raw + (kAtomBytes - smem_addr(smem_raw) % kAtomBytes) % kAtomBytes);
 
   const int thread = threadIdx.x, wg = thread / 128, warp = (thread / 32) % 4, lane = thread % 32;
-  const int kv_head_bytes = 2 * seq_len * kD * int(sizeof(half));  // K and V of one head
-  const WorkTiles work{row_tiles, batch_heads, heads, kCausal ? max(1, kL2SectionBytes / kv_head_bytes) : 1};
+  const long long kv_head_bytes = 2ll * seq_len * kD * sizeof(half);  // K and V of one head (64-bit: any S)
+  const long long fit = kL2SectionBytes / kv_head_bytes;           // heads whose K and V fill a section
+  const int section_heads = kCausal ? int(fit < 1 ? 1 : fit > batch_heads ? batch_heads : fit) : 1;
+  const WorkTiles work{row_tiles, batch_heads, heads, section_heads};
 
   // ---- barriers, before the roles split ---------------------------------------------------------
   if (thread == 0) {

@@ -193,6 +193,8 @@ def test_without_configurations_every_kernel_runs_in_the_dense_one():
 @pytest.mark.parametrize("edit, message", [
     (lambda c: c["kernels"]["v25"].update(configurations=["dense", "sliding"]),
      "config key 'kernels.v25.configurations[1]': unknown configuration 'sliding'"),
+    (lambda c: c["kernels"]["v25"].update(configurations=["causal"]),
+     "config key 'kernels.v25.configurations': every kernel runs in the first configuration, 'dense'"),
     (lambda c: c["configurations"]["causal"].update(mask="sliding"), "configurations.causal.mask"),
     (lambda c: c["configurations"]["causal"].update(D=64), "configurations.causal.D"),
 ])

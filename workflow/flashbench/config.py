@@ -333,6 +333,9 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
             if configuration not in known_configurations:
                 raise ConfigError(f"config key 'kernels.{name}.configurations[{j}]': unknown configuration "
                                   f"{configuration!r} (defined under configurations: {', '.join(known_configurations)})")
+        if known_configurations[0] not in runs_in:  # where its tables, timings and reports are
+            raise ConfigError(f"config key 'kernels.{name}.configurations': every kernel runs in the first "
+                              f"configuration, {known_configurations[0]!r}, the case's")
         kernels.append(Kernel(name=name, **{**spec, "configurations": runs_in}))
 
     peers = [Peer(name=name, **spec) for name, spec in config.get("peers", {}).items()]

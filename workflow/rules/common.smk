@@ -198,8 +198,9 @@ def peer_inputs(stage, check=True):
     return measured(stage, lambda w: {**peer_files(w, check), "code": command_code(stage)})
 
 
-def compile_records():
-    return [f"build/{arch}/{name}.json" for name in BUILDS for arch in kernel_archs(name)]
+def compile_records(builds=BUILDS):
+    """The compile records of `builds` (every kernel build, unless given) for each arch each is built for."""
+    return [f"build/{arch}/{name}.json" for name in builds for arch in kernel_archs(name)]
 
 
 ABLATIONS = [name for name, k in KERNELS.items() if k.kind == "ablation"]
