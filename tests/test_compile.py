@@ -23,15 +23,19 @@ def kernel_archs(kernel):
     return kernel.archs or ARCHS
 
 
+def builds(settings) -> set[tuple[str, str]]:
+    """(build, arch) of every kernel in each configuration it runs in (v25 and v25.causal)."""
+    return {(run.name, arch) for run in settings.kernel_builds() for arch in kernel_archs(settings.kernel(run.of))}
+
+
 @pytest.fixture(scope="module")
 def records(settings, built):
     """The compile records the pipeline's compile stage wrote (compile_kernel's, as JSON)."""
-    return {(k.name, arch): read_json(built / "build" / arch / f"{k.name}.json")
-            for k in settings.kernels for arch in kernel_archs(k)}
+    return {(name, arch): read_json(built / "build" / arch / f"{name}.json") for name, arch in builds(settings)}
 
 
 def test_every_kernel_compiles_for_its_archs(records, settings):
-    assert set(records) == {(k.name, a) for k in settings.kernels for a in kernel_archs(k)}
+    assert set(records) == builds(settings)
     for (name, arch), r in records.items():
         assert r["arch"] == arch
         assert 0 < r["registers"] <= 255
@@ -467,19 +471,17 @@ def test_v24_loads_each_consumer_warpgroups_rows_of_q_on_their_own(records, buil
     assert_softmax_between_the_waits_and_the_guard_first(v24_sass)
 
 
-def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records, built, tmp_path, settings):
+def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records, built):
     """V25 keeps V24's shared memory, registers and turn, and loads and stores through 4-D tensor maps
-    (by head: any S); FLASH_CAUSAL=1 builds the causal kernel, which its contract says, from the same
-    source and with the same resources. The mask's selects (-inf) are in both builds; the causal one
-    adds the diagonal's comparisons."""
-    v24, v25 = records[("v24", "sm_90a")], records[("v25", "sm_90a")]
+    (by head: any S); its build in the causal configuration (FLASH_CAUSAL=1) is the causal kernel,
+    which its contract says, from the same source and with the same resources. The mask's selects
+    (-inf) are in both builds."""
+    v24, v25, causal = records[("v24", "sm_90a")], records[("v25", "sm_90a")], records[("v25.causal", "sm_90a")]
     assert v25["launch"] == {**v24["launch"], "tensor_map_rank": 4}
     assert v25["registers"] == v24["registers"] and v25["spill_bytes"] == 0 and v25["stack_frame_bytes"] == 0
-    kernel = next(k for k in settings.kernels if k.name == "v25")
-    causal = compile_kernel("v25", ROOT / kernel.source, "sm_90a", settings.nvcc_flags, {"FLASH_CAUSAL": 1},
-                            tmp_path / "v25.cubin")
     assert causal["launch"] == {**v25["launch"], "causal": True} and causal["defines"] == {"FLASH_CAUSAL": 1}
     assert causal["registers"] == v25["registers"] and causal["spill_bytes"] == 0
+    assert "-INF" in _sass(causal, built).split("FSEL", 1)[1]
     v24_sass, v25_sass = _sass(v24, built), _sass(v25, built)
     assert "UTMALDG.4D" in v25_sass and "UTMALDG.2D" not in v25_sass and "UTMASTG.4D" in v25_sass
     assert v25_sass.count("UTMALDG") == v24_sass.count("UTMALDG")

@@ -24,19 +24,28 @@ CASE = Shape(1, 64, 1024, 128)
 
 
 @pytest.fixture(scope="module")
-def build(settings, tmp_path_factory, needs_nvcc):
+def builds(settings, tmp_path_factory, needs_nvcc):
+    """Every kernel build (each kernel in each configuration it runs in: v25, v25.causal) that runs here,
+    by its name."""
     here = gpu.require().arch
     out = tmp_path_factory.mktemp("cubins")
     kernels = {}
-    for k in settings.kernels:
+    for run in settings.kernel_builds():
+        k = settings.kernel(run.of)
         arch = runnable_build(k.archs, here) if k.archs else here
         if arch is None:  # e.g. an sm_90a kernel on an SM103: the pipeline skips it too
             continue
-        cubin = out / f"{k.name}.cubin"
-        record = compile_kernel(k.name, ROOT / k.source, arch, settings.nvcc_flags, k.defines, cubin)
-        write_json(out / f"{k.name}.json", record)
-        kernels[k.name] = AttentionKernel(cubin, record)
+        cubin = out / f"{run.name}.cubin"
+        record = compile_kernel(run.name, ROOT / k.source, arch, settings.nvcc_flags, settings.defines(run.name), cubin)
+        write_json(out / f"{run.name}.json", record)
+        kernels[run.name] = AttentionKernel(cubin, record)
     return kernels
+
+
+@pytest.fixture(scope="module")
+def build(builds):
+    """The kernels' builds in the first configuration, by kernel."""
+    return {name: kernel for name, kernel in builds.items() if not kernel.causal}
 
 
 def built(build, name):
@@ -144,15 +153,9 @@ def test_a_kernel_by_head_passes_at_any_seq_len(build, name, gate):
 
 
 @pytest.fixture(scope="module")
-def causal_build(settings, tmp_path_factory, needs_nvcc):
-    """Each kernel by head, built again with FLASH_CAUSAL=1."""
-    out, kernels = tmp_path_factory.mktemp("causal"), {}
-    for k in settings.kernels:
-        if k.source.endswith("v25.cu") and runnable_build(k.archs, gpu.require().arch):
-            cubin = out / f"{k.name}.cubin"
-            record = compile_kernel(k.name, ROOT / k.source, k.archs[0], settings.nvcc_flags,
-                                    {**k.defines, "FLASH_CAUSAL": 1}, cubin)
-            kernels[k.name] = AttentionKernel(cubin, record)
+def causal_build(builds):
+    """The kernels' builds in the causal configuration (FLASH_CAUSAL=1)."""
+    kernels = {name: kernel for name, kernel in builds.items() if kernel.causal}
     if not kernels:
         pytest.skip("no causal kernel runs on this GPU")
     return kernels

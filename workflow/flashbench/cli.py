@@ -67,10 +67,11 @@ def cmd_compile(a) -> None:
         except CommandFailed as e:
             print(e.transcript, end="", flush=True)
             raise
-    if record["launch"].get("causal", False) != run.configuration.causal:
+    stated = record["launch"].get("causal", False)
+    if stated != run.configuration.causal:
         raise FlashbenchError(f"{a.kernel}: built for the configuration {run.configuration.name} (mask "
-                              f"{run.configuration.mask}), its launch contract says {'' if record['launch'].get('causal') else 'not '}"
-                              f"causal: the source does not take the configuration's parameters")
+                              f"{run.configuration.mask}), its launch contract says {'' if stated else 'not '}causal: "
+                              f"the source does not take the configuration's parameters")
     write_json(a.record, record)
     print(f"{a.kernel} {a.arch}: {record['registers']} registers, {record['spill_bytes']} spill bytes, "
           f"{record['smem_bytes']} B smem, {record['blocks_per_sm']} blocks/SM")
@@ -157,12 +158,12 @@ def cmd_check(a) -> None:
     settings = a.settings
     gate = Gate(factor=settings.check_factor, tolerance=settings.tolerance)
     gpu.require()  # a missing GPU fails the stage; only what stays true on a GPU is recorded as skipped
+    run = _run(a)  # the build or peer run, and its configuration
 
     def skipped(reason) -> None:  # no torch, another GPU's kernel, no library kernel here: the run goes on
-        name = _name(a)
-        _write_record(a, {"kernel": name, "configuration": _run(a).configuration.name, "gate": asdict(gate),
+        _write_record(a, {"kernel": run.name, "configuration": run.configuration.name, "gate": asdict(gate),
                            "passed": False, "skipped": str(reason), "reason": f"skipped: {reason}", "shapes": []})
-        print(f"{name}: skipped, {reason}")
+        print(f"{run.name}: skipped, {reason}")
 
     try:
         if a.peer:
@@ -176,10 +177,9 @@ def cmd_check(a) -> None:
             kernel = _kernel(a)
         except PeerUnavailable as e:  # the library imports, but has no kernel for this GPU
             return skipped(e)
-        configuration = _run(a).configuration
         result = check_kernel(kernel, settings.check_shapes, gate, kinds=settings.check_inputs,
-                              smallest=settings.check_smallest, progress=_progress, causal=configuration.causal)
-        _write_record(a, {**result, "configuration": configuration.name, **kernel.identity,
+                              smallest=settings.check_smallest, progress=_progress, causal=run.configuration.causal)
+        _write_record(a, {**result, "configuration": run.configuration.name, **kernel.identity,
                           "provenance": gpu.provenance()})
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
 

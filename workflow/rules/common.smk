@@ -104,10 +104,21 @@ wildcard_constraints:
     gpu="[a-z0-9][a-z0-9-]*",
 
 
+def kernel_build(w):
+    """The kernel build a job runs: its own (a check's, v25.causal) or its kernel's in the first
+    configuration; None for a peer's or a point's job."""
+    return w.get("build") or w.get("kernel")
+
+
+def job_name(w):
+    """What a job is for, as its record is named: its kernel build, its peer (run) or its point."""
+    return kernel_build(w) or w.get("peer") or w.get("point")
+
+
 def settings_of(stage):
     """A rule's params entry: the digest of what `stage`'s command reads of the settings for the job's
     kernel or peer (config.Settings.used_by)."""
-    return lambda w: fb_config.digest(SETTINGS.used_by(stage, w.get("build") or w.get("kernel") or w.get("peer")))
+    return lambda w: fb_config.digest(SETTINGS.used_by(stage, job_name(w)))
 
 
 def command_code(command):
@@ -161,15 +172,14 @@ def by_content(record, inputs):
     return {key: [mark(p) for p in value] if isinstance(value, list) else mark(value) for key, value in inputs.items()}
 
 
-def measured(stage, inputs_of, built=lambda w: [w.get("build") or w.kernel] if {"build", "kernel"} & set(w.keys()) else []):
+def measured(stage, inputs_of, built=lambda w: [kernel_build(w)] if kernel_build(w) else []):
     """The input function of a GPU stage's rule: `inputs_of(wildcards)` once the builds it runs are done
     (`built(wildcards)`: the job's kernel build, if any), by content against the job's record
     (results/<gpu>/<stage>/<build, kernel, peer or point>.json)."""
 
     def inputs(w):
         after_the_builds(built(w))
-        name = w.get("build") or w.get("kernel") or w.get("peer") or w.get("point")
-        return by_content(f"results/{GPU_SLUG}/{stage}/{name}.json", inputs_of(w))
+        return by_content(f"results/{GPU_SLUG}/{stage}/{job_name(w)}.json", inputs_of(w))
 
     return inputs
 
@@ -178,7 +188,7 @@ def kernel_files(w, check=True):
     """A kernel's GPU job's files: its build for this GPU (the job's build, or its kernel's in the first
     configuration) and, after the check, its check record (the command line names them from params:
     before the builds are done its inputs are not known)."""
-    name = w.get("build") or w.kernel
+    name = kernel_build(w)
     return {"cubin": build_of(name, "cubin"), "record": build_of(name, "json"),
             **({"check": f"results/{GPU_SLUG}/check/{name}.json"} if check else {})}
 
