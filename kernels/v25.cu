@@ -13,12 +13,13 @@
 //   (16 heads at S = 16384, every head of the case at S <= 4096). Measured by cycles at B = 1, H = 64
 //   (NOTES): plain rounds took 10% more at S = 1024, the snake with 32 MB sections 25% more at 4096
 //   (the sections restart the long tiles every four rounds there), and no sections 6% more at 16384.
-// Choice: the mask's instructions, for a work tile's last key tile only, sit in the loop behind a
-//   branch. Measured (NOTES): compiled out, the loop took 1.2% fewer cycles at S = 16384; with the
-//   last key tile peeled out of the loop (two copies of a batch) V25 was level with V24 there but took
-//   6.6% more at S = 1024, short work tiles, which a smaller build did not lose (the code's size, as
-//   the builds tell and no profile yet shows; half of a batch's code is the rare path's 64 unrolled
-//   dot products).
+// Choice: a work tile's last key tile peeled out of the loop (its batch a lambda made twice, the mask
+//   compiled out of the loop's copy), and the rare path's S multiplied again in a rolled loop into a
+//   local array (local memory, off the main path), so that each copy of a batch stays small: 3864
+//   SASS instructions, against 4600 with the mask in the loop behind a branch. Measured by cycles at
+//   B = 1, H = 64 against that build (NOTES): without the mask 2.1% fewer at S = 1024, 1.1% more at
+//   4096 and 1.3% fewer at 16384; under it 4-8% fewer. A peel that kept the rare path's 64 unrolled
+//   dot products in both copies (7096 instructions) took 6.6% more at S = 1024.
 //
 //   384 threads = 3 warpgroups, __launch_bounds__(384, 1), setmaxnreg 24 / 240, once per block;
 //   the persistent grid: one block per SM, walking the work tiles (row tile, head) in rounds (WorkTiles)
@@ -38,6 +39,8 @@
 //     m (V23), moves m only past 2^8 (V22), and multiplies S again on the FMA pipe where P overflows.
 //   Br = 128, Bc = 128. Shared memory: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the barriers.
 //
+#include <type_traits>  // std::integral_constant: a batch's compile-time mask flag
+
 #include "hopper.cuh"
 
 #ifndef FLASH_CAUSAL
@@ -325,8 +328,11 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     };
     // This thread's 64 elements of S = Q K^T for K/V stage `stage`, on the FMA pipe from the swizzled
     // tiles (hopper.cuh's layout): the rare path of softmax_against_m, taken by a whole warp.
+    // Rolled: one dot product's loop for all 64 outputs, into `fresh` (local memory: this path is
+    // rare), copied into s_acc by constant indices so that s_acc stays in registers.
     const auto recompute_s = [&](int stage) {
-#pragma unroll
+      float fresh[64];
+#pragma unroll 1
       for (int i = 0; i < 64; ++i) {
         const int q_row = cwg * kWgRows + warp * 16 + g + 8 * ((i / 2) % 2), key = 8 * (i / 4) + 2 * quad + i % 2;
         float dot = 0.f;
@@ -336,8 +342,10 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
           const float2 b = __half22float2(*reinterpret_cast<const __half2*>(tile_element<kBc>(smem.k[stage][0], key, c)));
           dot = fmaf(a.x, b.x, fmaf(a.y, b.y, dot));
         }
-        s_acc[i] = dot;
+        fresh[i] = dot;
       }
+#pragma unroll
+      for (int i = 0; i < 64; ++i) s_acc[i] = fresh[i];
     };
     // O rescaled by the factors of the last softmax (its columns are head dims, its rows the same
     // g, g + 8): once PV(j - 2) is complete, before the turn (V20).
@@ -390,7 +398,11 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       // ---- batches 1 .. n - 1: QK(j), then PV(j - 1), two commit groups (V17's rotated loop) ------
       Ring<kStages> pv = ring;  // the stage of tile j - 1
       ring.advance();
-      for (int tile = 1; tile < tiles; ++tile) {
+      // One batch j of key tile `tile`; `masked` (std::integral_constant): whether the mask may apply, true
+      // for the last key tile only, where it applies if mask_last. The loop runs tiles 1 .. n - 2 with
+      // the mask compiled out, the last tile (n - 1, where n > 1) runs after it.
+      const auto batch = [&](int tile, auto masked) {
+        constexpr bool kMasked = decltype(masked)::value;
         mbar_wait(&smem.k_full[ring.stage], ring.phase);
         mbar_wait(&smem.v_full[pv.stage], pv.phase);
         wgmma_wait<0>();  // PV(j - 2) complete (nothing pending at j = 1)
@@ -409,18 +421,23 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         named_bar_arrive(their_turn, kConsumerThreads);
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
-        const bool masked = mask_last && tile == tiles - 1;
-        if (masked) mask_s(t.row_tile, tile);
+        if constexpr (kMasked) {
+          if (mask_last) mask_s(t.row_tile, tile);
+        }
         if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
           recompute_s(ring.stage);
-          if (masked) mask_s(t.row_tile, tile);
+          if constexpr (kMasked) {
+            if (mask_last) mask_s(t.row_tile, tile);
+          }
           softmax();
         }
         if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);  // K (and Q) read again at most above
         if (tile == tiles - 1) release_q();  // the last QK of this work tile has read Q
         pv = ring;
         ring.advance();
-      }
+      };
+      for (int tile = 1; tile < tiles - 1; ++tile) batch(tile, std::false_type{});
+      if (tiles > 1) batch(tiles - 1, std::true_type{});
 
       // ---- batch n: PV(n - 1) ---------------------------------------------------------------------
       mbar_wait(&smem.v_full[pv.stage], pv.phase);
