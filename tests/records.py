@@ -83,11 +83,14 @@ def clocks(throttled: bool = False) -> dict:
             "throttled": throttled, "throttle_reasons": ["sw_power_cap"] if throttled else []}
 
 
-def timing(tflops: float, throttled: bool = False, shape: dict = CASE, counts: dict = BENCH) -> dict:
-    """A timing of `tflops` at `shape` with `counts`: its times, and what they come to, agree."""
+def timing(tflops: float, throttled: bool = False, shape: dict = CASE, counts: dict = BENCH, causal: bool = False
+           ) -> dict:
+    """A timing of `tflops` at `shape` with `counts` (under the causal mask: half the FLOPs): its times,
+    and what they come to, agree."""
     shape = Shape(**shape)
-    ms = attention.flops(shape) / (tflops * 1e12) * 1e3
+    ms = attention.flops(shape, causal) / (tflops * 1e12) * 1e3
     return {**shape.as_dict(), **{c: counts[c] for c in ("steps", "repeats", "warmup", "graph_replays")},
+            "causal": causal,
             "total_s": ms * counts["steps"] / 1e3,
             "ms_per_step": ms, "ms_median": ms * 1.01, "ms_min": ms * 0.99, "ms_max": ms * 1.2, "ms_graph": ms * 0.98,
             "tflops": tflops, "tflops_median": tflops / 1.01, "tflops_min": tflops / 1.2, "tflops_max": tflops / 0.99,
@@ -143,7 +146,7 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
     paths = {"checks": [], "benches": [], "sweeps": [], "profiles": [], "compiled": []}
     tflops = {**PEER_TFLOPS, **tflops}
     for k in kernels + PEERS:
-        name = k["name"]
+        name, causal = k["name"], k.get("causal", False)
         passed = name != failing
         shapes = [check_row(s, kind, passed) for s in (CASE, EXTRA) for kind in INPUTS]
         if name == skipped:
@@ -160,11 +163,12 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
         check = {"kernel": name, "gate": GATE, "inputs": INPUTS, "passed": passed,
                  "reason": None if passed else "B=1 H=64 S=1024 normal: worst row's relative error 2.2e-02 above 4.5e-03",
                  "shapes": shapes, **identity, "provenance": provenance(name)}
-        bench = ({"kernel": name, "timed": True, "reason": None, **identity, "timing": timing(tflops[name]),
+        bench = ({"kernel": name, "timed": True, "reason": None, **identity, "timing": timing(tflops[name], causal=causal),
                   "provenance": provenance(name)} if passed else
                  {"kernel": name, "timed": False, "reason": "failed its check: ..."})
         points = [({**timing(tflops[name] * (S / 1024) ** 0.2, shape={**CASE, "S": S},
-                            counts={**SWEEP, "steps": sweep_steps(SWEEP["steps"], CASE["S"], S)}), "timed": True,
+                            counts={**SWEEP, "steps": sweep_steps(SWEEP["steps"], CASE["S"], S)}, causal=causal),
+                    "timed": True,
                     "reason": None}
                    if not k.get("max_seq_len") or S <= k["max_seq_len"] else
                    {**CASE, "S": S, "timed": False, "reason": f"S={S} is above {name}'s max_seq_len"})
@@ -204,7 +208,8 @@ def settings() -> Settings:
                      "line")
     return Settings(
         gpu=None, gpu_arch=None, archs=["sm_103", "sm_90"], nvcc_flags=["-O3"],
-        kernels=[Kernel(name=k["name"], **{f: k[f] for f in kernel_fields if f in k}) for k in KERNELS + HOPPER],
+        kernels=[Kernel(name=k["name"], **{f: k[f] for f in kernel_fields if f in k},
+                        configurations=("dense",)) for k in KERNELS + HOPPER],
         case=Shape(**CASE), check_shapes=[Shape(**CASE), Shape(**EXTRA)], check_inputs=INPUTS,
         check_smallest=(3, 5), check_factor=GATE["factor"], tolerance=GATE["tolerance"], bench=BENCH,
         peers=[Peer(name=p["name"], **{f: p[f] for f in peer_fields}) for p in PEERS], baseline=SETTINGS["baseline"],

@@ -207,7 +207,9 @@ def bad_invocations(tmp_path, settings_file):
                                                            str(no_passed), *out], "the head-to-head has no point at "
                                                                                   "S=3000"),
         "a head-to-head without a contestant's check": (h2h + out, "--checks has no check record of the contestant "
-                                                                   "v24"),
+                                                                   "v25"),
+        "a head-to-head in a configuration the settings lack": (h2h + ["--configuration", "sliding", *out],
+                                                                "no configuration named 'sliding'"),
         "a head-to-head check record that is not there": (["head-to-head", *s, "--S", "1024", "--checks", none, *out],
                                                           f"argument --checks: {none}: {unreadable}"),
         "a head-to-head cubin without its compile record": (h2h + ["--cubins", cubin, *out],

@@ -291,6 +291,23 @@ def test_each_kernel_is_also_checked_at_its_smallest_s_with_an_odd_head_count():
     assert [(r["B"], r["H"], r["S"]) for r in result["shapes"]] == [(1, 2, 128), (3, 5, BLOCK)]
 
 
+class AnySeqLen(Implementation):
+    """An implementation that takes any S (its last tile a part), as a kernel by head does."""
+
+    def supports(self, shape):
+        return None
+
+
+def test_a_ragged_s_is_checked_by_what_takes_it_and_a_defect_there_fails():
+    ragged, shapes = Shape(1, 3, 200, 128), [Shape(1, 2, 128, 128)]
+    taken = check_kernel(AnySeqLen(), shapes, GATE, kinds=["normal"], ragged=ragged, progress=lambda m: None)
+    assert [(r["S"], r["passed"]) for r in taken["shapes"]] == [(128, True), (200, True)] and taken["passed"]
+    tiled = check_kernel(Implementation(), shapes, GATE, kinds=["normal"], ragged=ragged, progress=lambda m: None)
+    assert [r["S"] for r in tiled["shapes"]] == [128] and tiled["passed"]  # its tiles must divide S: not asked
+    planted = check_kernel(AnySeqLen("zero_row"), shapes, GATE, kinds=["normal"], ragged=ragged, progress=lambda m: None)
+    assert [r["passed"] for r in planted["shapes"] if r["S"] == 200] == [False] and not planted["passed"]
+
+
 def _late_jump_log2(kind: str) -> np.ndarray:
     """Per row: how far the last keys' largest logit lies above the earlier keys' largest, in the log2
     units the kernels take exp2 in (scale 1/sqrt(D) times log2 e)."""

@@ -60,7 +60,8 @@ def test_the_shipped_config_is_valid():
     (lambda c: c["peers"].update(v11={"backend": "auto", "change": "x"}), r"'peers.v11': a kernel has that name too"),
     (lambda c: c.update(baseline="cublas"), r"'baseline': 'cublas' is not one of the peers"),
     (lambda c: c["sweep"].update(S=[512, 1000]), r"'sweep.S\[1\]': 1000 is not a multiple of 128"),
-    (lambda c: c.update(ncu=True), r"'ncu': True should not be valid"),
+    (lambda c: c["check"]["ragged"].update(S=1024), r"'check.ragged.S': 1024 is not allowed: a multiple of 128 is"),
+    (lambda c: c.update(ncu=True), r"'ncu': True is not allowed: Nsight Compute for the profile stage"),
     (lambda c: c["peers"]["unfused"].update(max_seq_len=512), r"'peers.unfused.max_seq_len': 512 is below the case's"),
     (lambda c: c.update(ncu="false"), r"'ncu': 'false' is a string; write false"),
     # nvcc hands -D values and flags on through a shell: nothing there may run as a command

@@ -112,9 +112,9 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
     from flashbench import cli, gpu
     from flashbench.files import write_json
 
-    check = tmp_path / "check" / "v22.json"
-    write_json(check, {"kernel": "v22", "gate": records.GATE, "inputs": records.INPUTS, "passed": True, "reason": None,
-                       "shapes": [], "cubin_sha256": "a" * 64, "provenance": records.provenance("v22")})
+    check = tmp_path / "check" / "v14.json"
+    write_json(check, {"kernel": "v14", "gate": records.GATE, "inputs": records.INPUTS, "passed": True, "reason": None,
+                       "shapes": [], "cubin_sha256": "a" * 64, "provenance": records.provenance("v14")})
     ran_as = {"identity": {"cubin_sha256": "a" * 64}, "shapes": [CASE.as_dict()]}
 
     def fake_count(ncu, target, shapes, launches, progress):
@@ -124,9 +124,9 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
 
     monkeypatch.setattr(cli, "_gpu_held", lambda what: contextlib.nullcontext())
     monkeypatch.setattr(cycles, "count", fake_count)
-    monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("v22"))
-    out = tmp_path / "cycles" / "v22.json"
-    cubin, record = tmp_path / "v22.cubin", tmp_path / "v22.json"  # handed on to the driver, never read here
+    monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("v14"))
+    out = tmp_path / "cycles" / "v14.json"
+    cubin, record = tmp_path / "v14.cubin", tmp_path / "v14.json"  # handed on to the driver, never read here
     cubin.write_bytes(b"")
     record.write_text("{}")
     with_stub(tmp_path, "ncu", "exit 1")  # never run: count is faked

@@ -173,6 +173,7 @@ class SwitchedPeer:
     made while the switch is another peer's."""
 
     switch = None  # the process's, as torch.backends.cuda's
+    causal = False  # no mask, as every contestant of one point
 
     def __init__(self, name, no_kernel=False):
         self.name, self.cp, self.identity, self.no_kernel, self.wrong_calls = name, FAKE_CP, {}, no_kernel, 0

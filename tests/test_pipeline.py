@@ -56,20 +56,25 @@ def builds(settings, archs: int) -> int:
 def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     proc = snakemake(checkout, "-n", *H200, env=with_ncu)
     assert proc.returncode == 0, proc.stderr
-    n, peers = len(settings.kernels), len(settings.peers)
+    # every kernel build and peer run in each configuration it runs in; the profile in the first
+    n, peers = len(settings.kernel_builds()), len(settings.peer_runs())
+    configured = [c for c in settings.configurations if settings.headline_in(c)]
+    assert len(configured) == len(settings.configurations) == 2  # the head-to-head in each configuration
     assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "check_kernel": n,
-                                       "bench_kernel": n, "sweep_kernel": n, "profile_kernel": n, "check_peer": peers,
-                                       "bench_peer": peers, "sweep_peer": peers, "summarize": 1, "render_report": 1,
-                                       "compare_gpus": 1, "report_pages": 1, "comparison_page": 1, "report": 1,
-                                       "head_to_head_point": len(settings.headline_shapes()), "cycles_kernel": n,
-                                       "cycles_peer": peers}
+                                       "bench_kernel": n, "sweep_kernel": n, "profile_kernel": len(settings.kernels),
+                                       "check_peer": peers, "bench_peer": peers, "sweep_peer": peers, "summarize": 1,
+                                       "render_report": 1, "compare_gpus": 1, "report_pages": 1, "comparison_page": 1,
+                                       "report": 1, "head_to_head_point": len(settings.headline_shapes()) * 2,
+                                       "cycles_kernel": n, "cycles_peer": peers}
     for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
         assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
         assert f"results/nvidia-h200/sweep/{name}.json" in proc.stdout
     assert "results/nvidia-h200/profile/v12.json" in proc.stdout
     assert "reports/nvidia-h200/report.md" in proc.stdout and "reports/nvidia-h200/sweep.png" in proc.stdout
-    for point in ("S1024", "S512", "S16384"):  # the case, then every other swept length
+    for point in ("S1024", "S512", "S16384", "S1024.causal", "S16384.causal"):  # the case, then every other length
         assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
+    for run in ("v25.causal", "sdpa_cudnn.causal", "flash_attn_cute.causal"):
+        assert all(f"results/nvidia-h200/{stage}/{run}.json" in proc.stdout for stage in ("bench", "sweep", "cycles"))
     assert "results/nvidia-h200/cycles/flash_attn_cute.json" in proc.stdout
     assert "results/nvidia-h200/head_to_head.csv" in proc.stdout and "results/nvidia-h200/cycles.csv" in proc.stdout
 
@@ -89,13 +94,13 @@ def test_a_kernels_gpu_jobs_wait_for_its_build(checkout, settings):
     proc = snakemake(checkout, "-n", "-c1", *H200)
     assert proc.returncode == 0, proc.stderr
     assert len(re.findall(r"^checkpoint compile_kernel:", proc.stdout, re.M)) == builds(settings, 2)
-    jobs = re.findall(r"^rule (\w+):\n(?:.*\n)*?\s+reason: (.*)\n\s+wildcards: (?:\w+=\w+, )*(?:build|kernel|peer)=(\w+)",
+    jobs = re.findall(r"^rule (\w+):\n(?:.*\n)*?\s+reason: (.*)\n\s+wildcards: (?:\w+=\w+, )*(?:build|kernel|peer)=([\w.]+)",
                       proc.stdout, re.M)
     kernel_jobs = [(rule, reason, name) for rule, reason, name in jobs if rule.endswith("_kernel")]
     assert {rule for rule, _, _ in kernel_jobs} == {"check_kernel", "bench_kernel", "sweep_kernel"}
     for rule, reason, name in kernel_jobs:  # its own build, and no other kernel's
-        arch = "sm_90a" if settings.kernel(name).archs == ["sm_90a"] else "sm_90"
-        waits_for = set(re.findall(r"build/\w+/\w+\.\w+", reason))
+        arch = "sm_90a" if settings.kernel(settings.run(name).of).archs == ["sm_90a"] else "sm_90"
+        waits_for = set(re.findall(r"build/\w+/[\w.]+\.(?:cubin|json)", reason))
         assert waits_for and waits_for <= {f"build/{arch}/{name}.cubin", f"build/{arch}/{name}.json"}, (rule, reason)
     assert all("build/" not in reason for rule, reason, _ in jobs if rule.endswith("_peer"))
 
@@ -349,8 +354,9 @@ def test_one_kernel_edit_reruns_only_its_jobs(built_checkout, source, kernels):
 def measured(tmp_path_factory, built):
     """A checkout with every kernel built and the H200 archive in place, newer than the builds. Kernels
     the archive has no records of (added to config since that run) are left out of `versions` and
-    `headline`; where none of the headline is archived, the archive's own headline stands. Made once
-    for the tests below, which each change a copy (measured_checkout)."""
+    `headline`; where none of the headline is archived, the archive's own headline stands; and the
+    configurations it did not run in are left out of `configurations`. Made once for the tests below,
+    which each change a copy (measured_checkout)."""
     import yaml
 
     checkout = with_build(copy_checkout(tmp_path_factory.mktemp("measured")), built)
@@ -360,6 +366,10 @@ def measured(tmp_path_factory, built):
     for key in ("versions", "headline"):  # and the head-to-head's headline among them
         kept = [name for name in yaml.safe_load(text)[key] if name in archived] or recorded.get(key, [])
         text = re.sub(rf"^{key}: \[.*\]$", f"{key}: [{', '.join(kept)}]", text, count=1, flags=re.M)
+    ran_in = [c["name"] for c in recorded.get("configurations", [])] or [next(iter(yaml.safe_load(text)["configurations"]))]
+    for name in yaml.safe_load(text)["configurations"]:
+        if name not in ran_in:
+            text = re.sub(rf"^  {name}: \{{.*\}}\n", "", text, count=1, flags=re.M)
     (checkout / "config.yaml").write_text(text)
     # the builds of these versions: all done (a shorter list remakes the all-built mark, here, without a GPU)
     assert snakemake(checkout, "build/all-built").returncode == 0
@@ -534,7 +544,7 @@ def test_a_gpu_named_in_config_but_not_found_stops_before_any_job_and_the_archiv
     assert "Finished job" not in proc.stderr and not (checkout / "build").exists()
     assert archive_files(checkout) == archived
     counts = job_counts(snakemake(checkout, "-n", env=a_gpu_here(tmp_path)).stdout)
-    assert (counts["check_kernel"], counts["check_peer"]) == (len(settings.kernels), len(settings.peers))
+    assert (counts["check_kernel"], counts["check_peer"]) == (len(settings.kernel_builds()), len(settings.peer_runs()))
 
 
 @NO_GPU
@@ -664,8 +674,8 @@ def test_a_record_made_from_the_same_bytes_is_up_to_date_whatever_the_file_times
 
 def test_the_check_runs_every_kernel_build_and_peer_in_each_configuration_it_runs_in(checkout, settings):
     """`snakemake check` checks each kernel in each configuration it names (v25 and v25.causal, from
-    builds of their own) and each peer in every configuration; the report's jobs stay those of the
-    first configuration."""
+    builds of their own) and each peer in every configuration; the report's jobs are those of every
+    configuration too."""
     proc = snakemake(checkout, "-n", "check", *H200)
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc.stdout)
@@ -674,8 +684,10 @@ def test_the_check_runs_every_kernel_build_and_peer_in_each_configuration_it_run
     assert "results/nvidia-h200/check/v25.causal.json" in proc.stdout
     assert "results/nvidia-h200/check/sdpa_cudnn.causal.json" in proc.stdout
     report = snakemake(checkout, "-n", *H200).stdout
-    assert job_counts(report)["check_kernel"] == len(settings.kernels)
-    assert job_counts(report)["check_peer"] == len(settings.peers)
-    # the tables are the first configuration's so far: summarize reads its builds and runs alone
+    assert job_counts(report)["check_kernel"] == len(settings.kernel_builds())
+    assert job_counts(report)["check_peer"] == len(settings.peer_runs())
+    # the tables hold every configuration: summarize reads every build, run and point
     (summarize_inputs,) = re.findall(r"^rule summarize:\n\s+input: (.*)$", report, re.M)
-    assert "build/sm_90a/v25.json" in summarize_inputs and ".causal" not in summarize_inputs
+    for path in ("build/sm_90a/v25.json", "build/sm_90a/v25.causal.json", "bench/v25.causal.json",
+                 "sweep/sdpa_cudnn.causal.json", "check/flash_attn_cute.causal.json", "head_to_head/S4096.causal.json"):
+        assert path in summarize_inputs

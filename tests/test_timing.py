@@ -34,6 +34,8 @@ class FakeCuda:
 
 
 class Kernel:
+    causal = False
+
     def __init__(self, cuda, unsupported=None, no_kernel=False):
         self.name, self.cp, self.cuda, self.unsupported, self.no_kernel = "fake", cuda.cp, cuda, unsupported, no_kernel
 

@@ -23,12 +23,21 @@ from .summary import PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS
 from .validation import AGREEMENT, BadRecord, read_record, read_table, summary_problem
 
 
+def _read(path: Path, columns: list[str], meta: dict) -> pd.DataFrame:
+    """A table of the archive with `columns`; one summarized before configurations has no `config`
+    column, and every row of it is in its only configuration (None)."""
+    if "configurations" in meta:
+        return read_table(path, columns)
+    table = read_table(path, [c for c in columns if c != "config"])
+    return table.assign(config=None) if "config" in columns else table
+
+
 def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
     """summary.csv and kernels.json, each checked and checked against the other (validation): a table
     cut short, from an older pipeline or edited is refused with one line."""
     results_dir = Path(results_dir)
-    summary = read_table(results_dir / "summary.csv", SUMMARY_COLUMNS)
     meta = read_record(results_dir / "kernels.json", "kernels")
+    summary = _read(results_dir / "summary.csv", SUMMARY_COLUMNS, meta)
     _refuse(results_dir / "summary.csv", summary_problem(summary, meta))
     for k in meta["kernels"]:  # an archive summarized before a file's choices were a list of paragraphs
         if isinstance(k.get("choices"), str):
@@ -48,9 +57,9 @@ def read_tables(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd
     results_dir = Path(results_dir)
     archives.require_tables(results_dir)
     summary, meta = read_summary(results_dir)
-    resources = read_table(results_dir / "resources.csv", RESOURCE_COLUMNS)
+    resources = _read(results_dir / "resources.csv", RESOURCE_COLUMNS, meta)
     _refuse(results_dir / "resources.csv", resources_problem(resources, meta))
-    profile = read_table(results_dir / "profile.csv", PROFILE_COLUMNS)
+    profile = _read(results_dir / "profile.csv", PROFILE_COLUMNS, meta)
     _refuse(results_dir / "profile.csv", profile_problem(profile, meta, resources))
     return summary, resources, profile, meta
 
@@ -67,10 +76,43 @@ def read_paired(results_dir: Path | str, meta: dict, summary: pd.DataFrame) -> d
     tables = {}
     for name, columns, problem in (("head_to_head", HEAD_TO_HEAD_COLUMNS, head_to_head_problem),
                                    ("cycles", CYCLES_COLUMNS, cycles_problem)):
-        tables[name] = read_table(results_dir / f"{name}.csv", columns) if meta.get(name) else None
+        tables[name] = _read(results_dir / f"{name}.csv", columns, meta) if meta.get(name) else None
         if tables[name] is not None:
-            _refuse(results_dir / f"{name}.csv", problem(tables[name], meta, summary))
+            for configuration in configurations(meta):  # each configuration's rows, as one run of its own
+                v_summary, v_meta, v_tables = view(summary, meta, {name: tables[name]}, configuration)
+                _refuse(results_dir / f"{name}.csv", problem(v_tables[name], v_meta, v_summary))
     return tables
+
+
+def configurations(meta: dict) -> list[dict | None]:
+    """The configurations of an archive's run, the case's first ([None]: an archive summarized before
+    configurations, which ran one)."""
+    return meta.get("configurations") or [None]
+
+
+def view(summary: pd.DataFrame, meta: dict, tables: dict, configuration: dict | None
+         ) -> tuple[pd.DataFrame, dict, dict]:
+    """The archive in one configuration, as a run of that configuration alone would have written it:
+    the rows of its runs, each named by the kernel or peer it is a run of (v25.causal as v25), and
+    kernels.json with those runs and the headline versions that have one (`tables`: name -> a table
+    with a `config` column, or None). An archive without configurations is its own view."""
+    if configuration is None:
+        return summary, meta, tables
+    name = configuration["name"]
+    runs = [k for k in meta["kernels"] if k.get("config") == name]
+    of = {k["name"]: k.get("of", k["name"]) for k in runs}
+    kernels = [{**k, "name": of[k["name"]]} for k in runs]
+    meta = {**meta, "kernels": kernels, "configuration": configuration,
+            "headline": [h for h in meta.get("headline") or [] if h in set(of.values())]}
+
+    def mine(table):
+        if table is None:
+            return None
+        table = table[table.config == name]
+        return table.assign(**{c: table[c].map(lambda n: of.get(n, n)) for c in ("kernel", "version", "rival")
+                               if c in table.columns})
+
+    return mine(summary), meta, {key: mine(table) for key, table in tables.items()}
 
 
 def nan_as_none(value):
@@ -362,7 +404,7 @@ def cycles_problem(table, meta: dict, summary) -> str | None:
             _within(row, "kernels_per_call", 1, whole=True)
             efficiency = _within(row, "efficiency_per_cycle", 0, 1, low_open=True)
             if len(sm_counts) == 1:
-                worked_out = efficiency_per_cycle(Shape(**shape), cycles, next(iter(sm_counts)))
+                worked_out = efficiency_per_cycle(Shape(**shape), cycles, next(iter(sm_counts)), entry.get("causal", False))
                 if not math.isclose(efficiency, worked_out, rel_tol=AGREEMENT):
                     raise _Refused(f"efficiency_per_cycle {row['efficiency_per_cycle']} is not what {cycles:g} cycles "
                                    f"on {next(iter(sm_counts))} SMs come to ({worked_out:.6g})")

@@ -178,7 +178,8 @@ def cmd_check(a) -> None:
         except PeerUnavailable as e:  # the library imports, but has no kernel for this GPU
             return skipped(e)
         result = check_kernel(kernel, settings.check_shapes, gate, kinds=settings.check_inputs,
-                              smallest=settings.check_smallest, progress=_progress, causal=run.configuration.causal)
+                              smallest=settings.check_smallest, progress=_progress, causal=run.configuration.causal,
+                              ragged=settings.check_ragged)
         _write_record(a, {**result, "configuration": run.configuration.name, **kernel.identity,
                           "provenance": gpu.provenance()})
     print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
@@ -220,8 +221,8 @@ def _timed(a, what: str, run) -> None:
 
         with ClockSampler(cp.cuda.Device().pci_bus_id) as sampler:
             result = run(kernel, secrets.randbits(32), sampler)
-        _write_record(a, {"kernel": kernel.name, "timed": True, "reason": None, **kernel.identity, **result,
-                           "provenance": gpu.provenance()})
+        _write_record(a, {"kernel": kernel.name, "configuration": _run(a).configuration.name, "timed": True,
+                           "reason": None, **kernel.identity, **result, "provenance": gpu.provenance()})
 
 
 def cmd_bench(a) -> None:
@@ -304,15 +305,20 @@ def cmd_head_to_head(a) -> None:
     settings = a.settings
     _asked_for(settings.head_to_head, "head-to-head", "keys 'headline' and 'head_to_head'")
     shape = settings.head_to_head_shape(a.S)
+    configuration = settings.configuration(a.configuration) if a.configuration else settings.configurations[0]
+    contestants = settings.contestants(configuration)
+    if not settings.headline_in(configuration):
+        raise FlashbenchError(f"no headline version runs in the configuration {configuration.name!r}: "
+                              f"its head-to-head has nothing to compare")
     checks, cubins = _by_name(a.checks, "--checks"), _by_name(a.cubins, "--cubins")
     for cubin in cubins.values():
         if not cubin.with_suffix(".json").is_file():
             raise FlashbenchError(f"--cubins {cubin}: its compile record {cubin.with_suffix('.json')} is not beside it")
     excluded, admitted = {}, []
-    for name in settings.contestants:
+    for name in contestants:
         if name not in checks:
             raise FlashbenchError(f"--checks has no check record of the contestant {name} (a file {name}.json)")
-        if name not in {p.name for p in settings.peers} and name not in cubins:
+        if name not in {run.name for run in settings.peer_runs()} and name not in cubins:
             raise FlashbenchError(f"--cubins has no build of the contestant {name} (a file {name}.cubin)")
         check = read_record(checks[name], "check")
         if check["passed"]:
@@ -327,7 +333,8 @@ def cmd_head_to_head(a) -> None:
             if name in cubins:
                 impl = _implementation(None, cubins[name], cubins[name].with_suffix(".json"))
             else:
-                impl = _implementation(settings.peer(name), None, None)
+                run = settings.run(name)
+                impl = _implementation(settings.peer(run.of), None, None, run)
             _same_as_checked(impl.name, impl.identity, check)
             impls.append(impl)
         bus_id = cp.cuda.Device().pci_bus_id
@@ -335,9 +342,10 @@ def cmd_head_to_head(a) -> None:
             record = measure(impls, shape, settings.head_to_head, secrets.randbits(32), sampler,
                              EnergyCounter.open(bus_id), progress=_progress) if impls else None
         record = record or {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
-        _write_record(a, {**record, "is_case": shape == settings.case, "excluded": {**excluded, **record["excluded"]},
-                           "provenance": gpu.provenance()})
-    print(f"head-to-head at {shape}: {len(impls)} contestants" + (f", {len(excluded)} left out" if excluded else ""))
+        _write_record(a, {**record, "is_case": shape == settings.case, "configuration": configuration.name,
+                           "excluded": {**excluded, **record["excluded"]}, "provenance": gpu.provenance()})
+    print(f"head-to-head at {shape}, {configuration.name}: {len(impls)} contestants"
+          + (f", {len(excluded)} left out" if excluded else ""))
 
 
 def _by_name(paths: list[str], option: str) -> dict[str, Path]:
@@ -378,8 +386,9 @@ def cmd_cycles(a) -> None:
         _same_as_checked(check["kernel"], ran["identity"], check)
         readings = {"points": points(kernels, [Shape(**s) for s in ran["shapes"]], launches), "ncu": ncu_version}
         provenance = gpu.provenance()
-    _write_record(a, {"kernel": check["kernel"], "counted": True, "reason": None, **ran["identity"],
-                       "sm_count": provenance["sm_count"], **readings, "provenance": provenance})
+    configuration = settings.run(check["kernel"]).configuration.name
+    _write_record(a, {"kernel": check["kernel"], "configuration": configuration, "counted": True, "reason": None,
+                       **ran["identity"], "sm_count": provenance["sm_count"], **readings, "provenance": provenance})
     print(f"{check['kernel']}: " + ", ".join(f"S={p['S']} {p['cycles'] / 1e3:.1f}k cycles" for p in readings["points"]))
 
 
@@ -405,19 +414,24 @@ def cmd_summarize(a) -> None:
     points = [read_record(p, "head_to_head", expected) for p in a.head_to_heads]
     counts = [read_record(p, "cycles", expected) for p in a.cycles]
     # each point's contestants and each count held to one GPU and the cubins built now, as the rest
-    more = {"cycles": {r["kernel"]: r for r in counts}, **{f"head_to_head/S{p['S']}": headtohead.as_records(p)
-                                                          for p in points}}
+    more = {"cycles": {r["kernel"]: r for r in counts},
+            **{f"head_to_head/{Path(path).stem}": headtohead.as_records(p) for path, p in zip(a.head_to_heads, points)}}
     profile_note, cycles_note = settings.profiling_notes(ncu_found=bool(a.profiles))
     run = {"baseline": settings.baseline, "sweep": settings.sweep, "profile_note": profile_note,
            "headline": settings.headline, "head_to_head": settings.head_to_head, "cycles": settings.cycles,
-           "cycles_note": cycles_note}
+           "cycles_note": cycles_note, "configurations": [c.as_dict() for c in settings.configurations]}
     entries, case = settings.entries(), settings.case.as_dict()
     summary, resources, profiles, meta = tidy_tables(entries, a.checks, a.benches, a.compiled, a.gpu_arch, case,
                                                      a.sweeps, a.profiles, run, expected=expected, more_records=more)
     meta["settings"] = settings.mapping
     tables = {"summary": summary, "resources": resources, "profile": profiles}
     if settings.head_to_head:  # asked for in config: written, if only with its header
-        tables["head_to_head"] = headtohead.table(points, run)
+        def contestants_of(name):  # a point's configuration: its headline runs, and its rivals' runs
+            configuration = settings.configuration(name) if name else settings.configurations[0]
+            headline = settings.headline_in(configuration)
+            return headline, settings.contestants(configuration)[len(headline):]
+
+        tables["head_to_head"] = headtohead.table(points, run, contestants_of)
     if settings.cycles:
         tables["cycles"] = cycles.table(counts, entries, case)
     out = Path(a.out_dir)
@@ -663,6 +677,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("head-to-head", help="the headline versions against the rivals at one length, paired")
     _settings_option(s)
     s.add_argument("--S", type=int, required=True, help="the point's length: the case's or one of the sweep's")
+    s.add_argument("--configuration", help="the configuration its contestants run in (default: the first)")
     s.add_argument("--checks", nargs="+", type=input_file(".json"), required=True,
                    help="every contestant's check record (<name>.json)")
     s.add_argument("--cubins", nargs="*", type=input_file(".cubin"), default=[],

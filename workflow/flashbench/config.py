@@ -146,23 +146,26 @@ class Settings:
     head_to_head: dict | None = None
     cycles: dict | None = None
     configurations: list[Configuration] = field(default_factory=lambda: [DENSE])  # the case's first
+    check_ragged: Shape | None = None  # a shape of a ragged S, checked by whatever takes any S
     mapping: dict = field(default_factory=dict, repr=False, compare=False)  # the validated config it was made of
 
     def used_by(self, stage: str, name: str | None = None):
         """What of the settings `stage`'s command reads (for `name`, a kernel or peer, where the stage runs
         one): its rule's params carry a digest of it, so that Snakemake reruns a job when what it read
         changes, and only then. The summary reads them all."""
-        run = self.run(name) if name and stage in ("compile", "check") else None  # a build or a peer's run
+        run = self.run(name) if name and stage != "head_to_head" else None  # a build or a peer's run
         of = run.of if run else name
         peer = {"peer": self.peer(of).as_dict()} if of in {p.name for p in self.peers} else {}
-        if run and run.configuration != self.configurations[0]:  # the first's jobs read what they read before
-            peer["configuration"] = run.configuration.as_dict()
+        configuration = run.configuration if run else self.point_configuration(name) if name else None
+        if configuration and configuration != self.configurations[0]:  # the first's jobs read what they read before
+            peer["configuration"] = configuration.as_dict()
         case = self.case.as_dict()
         if stage == "compile":
             return {"nvcc_flags": self.nvcc_flags, "source": self.kernel(of).source, "defines": self.defines(name)}
         if stage == "check":
             return {**peer, "shapes": [s.as_dict() for s in self.check_shapes], "inputs": self.check_inputs,
-                    "smallest": self.check_smallest, "factor": self.check_factor, "tolerance": self.tolerance}
+                    "smallest": self.check_smallest, "factor": self.check_factor, "tolerance": self.tolerance,
+                    **({"ragged": self.check_ragged.as_dict()} if self.check_ragged else {})}
         if stage == "bench":
             return {**peer, "case": case, "bench": self.bench}
         if stage == "sweep":
@@ -170,8 +173,9 @@ class Settings:
         if stage == "profile":
             return {"case": case}
         if stage == "head_to_head":
-            return {"case": case, "sweep": self.sweep, "contestants": self.contestants,
-                    "peers": [self.peer(n).as_dict() for n in self.contestants if n not in self.headline],
+            contestants = self.contestants(configuration or self.configurations[0])
+            return {**peer, "case": case, "sweep": self.sweep, "contestants": contestants,
+                    "peers": [self.peer(self.run(n).of).as_dict() for n in contestants if self.run(n).of not in self.headline],
                     "head_to_head": self.head_to_head}
         if stage == "cycles":
             return {**peer, "shapes": [s.as_dict() for s in self.cycle_shapes(name)], "cycles": self.cycles}
@@ -182,11 +186,19 @@ class Settings:
         raise ConfigError(f"no stage {stage!r} reads the settings")
 
     def entries(self) -> list[dict]:
-        """What each kernel and peer is, in table order, as kernels.json lists them."""
-        fields = ("kind", "source", "defines", "change", "published_tflops", "published_registers", "parent", "archs",
-                  "line")
-        return ([{"name": k.name, **{f: getattr(k, f) for f in fields}} for k in self.kernels]
-                + [{**p.as_dict(), "kind": "peer"} for p in self.peers])
+        """What each run is, in table order (runs), as kernels.json lists them: the run's name, the
+        kernel or peer it is of and its configuration, then what the kernel or peer is."""
+        fields = ("kind", "source", "change", "published_tflops", "published_registers", "parent", "archs", "line")
+        entries = []
+        for run in self.runs():
+            about = {"name": run.name, "of": run.of, "config": run.configuration.name,
+                     "causal": run.configuration.causal}
+            if run.of in {p.name for p in self.peers}:
+                entries.append({**self.peer(run.of).as_dict(), **about, "kind": "peer"})
+            else:
+                kernel = self.kernel(run.of)
+                entries.append({**about, **{f: getattr(kernel, f) for f in fields}, "defines": self.defines(run.name)})
+        return entries
 
     def profiling_notes(self, ncu_found: bool) -> tuple[str | None, str | None]:
         """Why the profile and the cycle counts are not in the run (None where they are): not asked for
@@ -230,6 +242,12 @@ class Settings:
         """Each peer in each configuration (a peer runs in every one), in table order."""
         return [self.run_of(p.name, c) for p in self.peers for c in self.configurations]
 
+    def runs(self) -> list[Run]:
+        """Every run, in table order: each configuration's kernels, then its peers."""
+        return [run for c in self.configurations for run in
+                [*(self.run_of(k.name, c) for k in self.kernels if c.name in k.configurations),
+                 *(self.run_of(p.name, c) for p in self.peers)]]
+
     def run_of(self, name: str, configuration: Configuration) -> Run:
         suffix = "" if configuration == self.configurations[0] else RUN_SEPARATOR + configuration.name
         return Run(name + suffix, name, configuration)
@@ -257,10 +275,30 @@ class Settings:
                 return peer
         raise ConfigError(f"no peer named {name!r} (config key 'peers')")
 
-    @property
-    def contestants(self) -> list[str]:
-        """The head-to-head's contestants: the headline versions, then the rivals."""
-        return self.headline + (self.head_to_head["rivals"] if self.head_to_head else [])
+    def headline_in(self, configuration: Configuration) -> list[str]:
+        """The runs of the headline versions that run in `configuration` (v25.causal), best first."""
+        return [self.run_of(name, configuration).name for name in self.headline
+                if configuration.name in self.kernel(name).configurations]
+
+    def contestants(self, configuration: Configuration) -> list[str]:
+        """The head-to-head's contestants in `configuration`, by their runs' names: the headline versions
+        that run there, then the rivals."""
+        rivals = self.head_to_head["rivals"] if self.head_to_head else []
+        return self.headline_in(configuration) + [self.run_of(name, configuration).name for name in rivals]
+
+    def head_to_head_points(self) -> dict[str, tuple[Shape, Configuration]]:
+        """The head-to-head's points by name: each of headline_shapes in each configuration the headline
+        runs in, S1024 in the first configuration and S1024.causal in another (a run's naming)."""
+        points = {}
+        for configuration in self.configurations:
+            if self.head_to_head and self.headline_in(configuration):
+                for shape in self.headline_shapes():
+                    points[self.run_of(f"S{shape.S}", configuration).name] = (shape, configuration)
+        return points
+
+    def point_configuration(self, name: str) -> Configuration:
+        """The configuration of a head-to-head point's name (S1024.causal: causal)."""
+        return self.configuration(name.partition(RUN_SEPARATOR)[2]) if RUN_SEPARATOR in name else self.configurations[0]
 
     def head_to_head_shape(self, S: int) -> Shape:
         """The head-to-head's point at length S (one of headline_shapes)."""
@@ -270,8 +308,9 @@ class Settings:
         raise ConfigError(f"the head-to-head has no point at S={S} (the case and config key 'sweep.S')")
 
     def cycle_shapes(self, name: str) -> list[Shape]:
-        """Where `name` is counted: a contestant at every point of the head-to-head, the rest at the case."""
-        return self.headline_shapes() if name in self.contestants else [self.case]
+        """Where the run `name` is counted: a contestant at every point of the head-to-head, the rest at
+        the case."""
+        return self.headline_shapes() if name in self.contestants(self.run(name).configuration) else [self.case]
 
 
 def conform(value, pointer: str, what: str):
@@ -388,6 +427,7 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
         check_shapes=[case] + extra,
         check_inputs=list(config["check"]["inputs"]),
         check_smallest=(config["check"]["smallest"]["B"], config["check"]["smallest"]["H"]),
+        check_ragged=Shape(**config["check"]["ragged"]) if "ragged" in config["check"] else None,
         check_factor=float(config["check"]["factor"]),
         tolerance=float(config["check"]["tolerance"]),
         bench=dict(config["bench"]),

@@ -36,7 +36,7 @@ METRICS = {  # record name -> ncu metric, per kernel
     "sm_clock_hz": "gpc__cycles_elapsed.avg.per_second",
 }
 WARMUP = 2  # unprofiled calls at each shape first (a library's JIT compile, cuDNN's plan)
-COLUMNS = ["kernel", "kind", "B", "H", "S", "D", "is_case", "cycles", "cycles_min", "cycles_max", "launches",
+COLUMNS = ["kernel", "config", "kind", "B", "H", "S", "D", "is_case", "cycles", "cycles_min", "cycles_max", "launches",
            "duration_us", "tensor_pipe_pct", "sm_clock_mhz", "efficiency_per_cycle", "kernels_per_call"]
 
 
@@ -157,8 +157,10 @@ def _kernel_names(launch: dict) -> str:
     return f"{len(launch['kernels'])} kernels ({', '.join(name[:60] for name in launch['kernels'])})"
 
 
-def efficiency_per_cycle(shape: Shape, cycles: float, sm_count: int) -> float:
-    return attention.flops(shape) / (cycles * sm_count * DENSE_FP16_FLOP_PER_SM_CYCLE)
+def efficiency_per_cycle(shape: Shape, cycles: float, sm_count: int, causal: bool = False) -> float:
+    """The share of the dense fp16 tensor peak the FLOPs of `shape` (half under a causal mask) come to in
+    `cycles` on `sm_count` SMs."""
+    return attention.flops(shape, causal) / (cycles * sm_count * DENSE_FP16_FLOP_PER_SM_CYCLE)
 
 
 def count(ncu: str, target: list[str], shapes: list[Shape], launches: int, progress=print) -> tuple[list[dict], str]:
@@ -178,20 +180,22 @@ def table(records: list[dict], kernels: list[dict], case: dict):
     import pandas as pd
 
     by_name = {r["kernel"]: r for r in records}
-    rows = [row for k in kernels if k["name"] in by_name for row in table_rows(by_name[k["name"]], k["kind"], case)]
+    rows = [row for k in kernels if k["name"] in by_name
+            for row in table_rows(by_name[k["name"]], k["kind"], case, k.get("config"), k.get("causal", False))]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def table_rows(record: dict, kind: str, case: dict) -> list[dict]:
-    """cycles.csv's rows of one implementation's record (none where it was not counted)."""
+def table_rows(record: dict, kind: str, case: dict, config: str | None = None, causal: bool = False) -> list[dict]:
+    """cycles.csv's rows of one implementation's record (none where it was not counted), in its
+    configuration `config`, under the causal mask where `causal`."""
     rows = []
     for p in record.get("points", []):
         shape = Shape(**{d: p[d] for d in "BHSD"})
         cycles = [c["cycles"] for c in p["launches"]]
-        rows.append({"kernel": record["kernel"], "kind": kind, **shape.as_dict(), "is_case": shape.as_dict() == case,
+        rows.append({"kernel": record["kernel"], "config": config, "kind": kind, **shape.as_dict(), "is_case": shape.as_dict() == case,
                      "cycles": p["cycles"], "cycles_min": min(cycles), "cycles_max": max(cycles),
                      "launches": len(cycles), "duration_us": p["duration_us"], "tensor_pipe_pct": p["tensor_pipe_pct"],
                      "sm_clock_mhz": p["sm_clock_mhz"],
-                     "efficiency_per_cycle": efficiency_per_cycle(shape, p["cycles"], record["sm_count"]),
+                     "efficiency_per_cycle": efficiency_per_cycle(shape, p["cycles"], record["sm_count"], causal),
                      "kernels_per_call": len(p["launches"][0]["kernels"])})
     return rows

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from . import archives, templates
-from .archive_tables import read_summary
+from .archive_tables import configurations, read_summary, view
 from .figures import PUBLISHED, bars_figure
 from .files import write_text
 from .gpu import commits
@@ -32,6 +32,7 @@ def column(results_dir: Path | str) -> dict:
     results_dir = Path(results_dir)
     archives.require_tables(results_dir, ("summary.csv", "kernels.json"))
     summary, meta = read_summary(results_dir)
+    summary, meta, _ = view(summary, meta, {}, configurations(meta)[0])  # the case's configuration
     case = case_rows(summary).set_index("kernel").tflops.dropna()
     measured = [k for k in meta["kernels"] if k.get("timing")]
     return {

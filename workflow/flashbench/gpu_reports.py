@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import FlashbenchError, chapter_report, hopper_report, templates
-from .archive_tables import read_paired, read_tables
+from .archive_tables import configurations, read_paired, read_tables, view
 from .config import Goal
 from .files import staged_folder
 from .gpu import slugify
@@ -23,10 +23,15 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
         templates.check(path)
     if slugify(slug) != slug:
         raise FlashbenchError(f"slug {slug!r}: not a GPU's folder name (such as nvidia-h200)")
-    tables = read_tables(results_dir)
-    paired = read_paired(results_dir, tables[3], tables[0])
+    summary, resources, profile, meta = read_tables(results_dir)
+    paired = read_paired(results_dir, meta, summary)
+    # the archive in each configuration: the chapter's report is the first's, the Hopper line's all of them
+    views = [view(summary, meta, {"resources": resources, "profile": profile, **paired}, configuration)
+             for configuration in configurations(meta)]
     report_dir = Path(report_dir)
     with staged_folder(report_dir, list(WRITTEN)) as staging:
-        gpu_name = chapter_report.render(*tables, template, staging, slug)
-        hopper_report.render(*tables, paired, goal, hopper_template, staging, slug, gpu_name)
+        first_summary, first_meta, first = views[0]
+        gpu_name = chapter_report.render(first_summary, first["resources"], first["profile"], first_meta, template,
+                                         staging, slug)
+        hopper_report.render(views, goal, hopper_template, staging, slug, gpu_name)
     return report_dir / "report.md"

@@ -42,7 +42,7 @@ METHODS = ("step", "graph")  # the write-up's back-to-back calls; their CUDA gra
 MIN_CALLS = 3
 BOOTSTRAP_SEED = 0  # the interval is a function of the archived timings: summarize gives the same CSV twice
 COLUMNS = [
-    "B", "H", "S", "D", "is_case", "version", "rival", "method", "ratio", "ci_low", "ci_high", "verdict", "rounds",
+    "config", "B", "H", "S", "D", "is_case", "version", "rival", "method", "ratio", "ci_low", "ci_high", "verdict", "rounds",
     "fair", "version_tflops", "rival_tflops", "version_sm_clock_mhz", "rival_sm_clock_mhz",
     "version_joules_per_call", "rival_joules_per_call", "version_tflops_per_watt", "rival_tflops_per_watt",
     "version_sustained_tflops", "rival_sustained_tflops",
@@ -94,9 +94,10 @@ def comparisons(record: dict, headline: list[str], rivals: list[str], confidence
                 level_within: float) -> list[dict]:
     """The rows of head_to_head.csv for one point's record: each headline version against the later
     headline versions (its predecessors) and every rival, by each method. A contestant missing from
-    the record (it failed its check, or was skipped) has no rows."""
+    the record (it failed its check, or was skipped) has no rows. Under a causal mask (the record's
+    `causal`) the FLOPs are half."""
     shape = Shape(**{d: record[d] for d in "BHSD"})
-    timed = record["contestants"]
+    timed, causal = record["contestants"], record.get("causal", False)
     rows = []
     for i, version in enumerate(headline):
         if version not in timed:
@@ -107,33 +108,38 @@ def comparisons(record: dict, headline: list[str], rivals: list[str], confidence
             mine, theirs = timed[version], timed[rival]
             for method in METHODS:
                 key = f"{method}_s"
-                row = {**shape.as_dict(), "is_case": record["is_case"], "version": version, "rival": rival,
+                row = {"config": record.get("configuration"), **shape.as_dict(), "is_case": record["is_case"],
+                       "version": version, "rival": rival,
                        "method": method,
                        **ratio_and_verdict([r[key] for r in mine["rounds"]], [r[key] for r in theirs["rounds"]],
                                            confidence, resamples, level_within),
                        # the step method is not fair to a side whose Python dispatch outlasts its kernel
                        "fair": method == "graph" or not (_mostly_dispatch_bound(mine) or _mostly_dispatch_bound(theirs))}
                 for side, c in (("version", mine), ("rival", theirs)):
-                    row[f"{side}_tflops"] = attention.tflops(shape, _median(r[key] for r in c["rounds"]))
+                    row[f"{side}_tflops"] = attention.tflops(shape, _median(r[key] for r in c["rounds"]), causal)
                     row[f"{side}_sm_clock_mhz"] = _median(r["clocks"][method].get("sm_clock_mhz", {}).get("median")
                                                           for r in c["rounds"])
                     energy = energy_per_call(c)
                     row[f"{side}_joules_per_call"] = energy
-                    row[f"{side}_tflops_per_watt"] = attention.flops(shape) / energy / 1e12 if energy else None
+                    row[f"{side}_tflops_per_watt"] = attention.flops(shape, causal) / energy / 1e12 if energy else None
                     sustained = sustained_s_per_call(c)
-                    row[f"{side}_sustained_tflops"] = attention.tflops(shape, sustained) if sustained else None
+                    row[f"{side}_sustained_tflops"] = attention.tflops(shape, sustained, causal) if sustained else None
                 rows.append(row)
     return rows
 
 
-def table(records: list[dict], settings: dict):
-    """head_to_head.csv: every point's comparisons, the case first, then by S."""
+def table(records: list[dict], settings: dict, contestants_of=None):
+    """head_to_head.csv: every point's comparisons, the case first, then by S, in each configuration in
+    the order of `records`' first points there. `contestants_of`: a configuration's name -> its headline
+    runs and rivals' runs (absent: settings' headline and rivals, one configuration)."""
     import pandas as pd
 
     h2h = settings.get("head_to_head")
+    contestants_of = contestants_of or (lambda configuration: (settings["headline"], h2h["rivals"]))
+    configurations = list(dict.fromkeys(r.get("configuration") for r in records))
     rows = []
-    for record in sorted(records, key=lambda r: (not r["is_case"], r["S"])):
-        rows += comparisons(record, settings["headline"], h2h["rivals"], h2h["confidence"], h2h["resamples"],
+    for record in sorted(records, key=lambda r: (configurations.index(r.get("configuration")), not r["is_case"], r["S"])):
+        rows += comparisons(record, *contestants_of(record.get("configuration")), h2h["confidence"], h2h["resamples"],
                             h2h["level_within"])
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -255,6 +261,9 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
     names = [impl.name for impl in impls]
     if len(set(names)) != len(names):
         raise FlashbenchError(f"the head-to-head names a contestant twice: {names}")
+    if len({impl.causal for impl in impls}) > 1:
+        raise FlashbenchError(f"the head-to-head pits causal against non-causal contestants: {names}")
+    causal = bool(impls) and impls[0].causal
     contestants, excluded = {}, {}
     for impl in impls:  # one without a kernel for this shape (a peer above its max_seq_len) is left out
         if reason := impl.supports(shape):
@@ -295,10 +304,11 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
     for name in names:
         step = np.median([x["step_s"] for x in rounds[name]])
         graph = np.median([x["graph_s"] for x in rounds[name]])
-        progress(f"  {name}: {attention.tflops(shape, step):.1f} TFLOPS back to back, "
-                 f"{attention.tflops(shape, graph):.1f} by graph ({contestants[name].calls} calls a timing)")
+        progress(f"  {name}: {attention.tflops(shape, step, causal):.1f} TFLOPS back to back, "
+                 f"{attention.tflops(shape, graph, causal):.1f} by graph ({contestants[name].calls} calls a timing)")
     return {
         **shape.as_dict(),
+        "causal": causal,
         "order": names,
         "round_orders": orders,
         "contestants": {name: {"identity": contestants[name].impl.identity, "calls_per_timing": contestants[name].calls,

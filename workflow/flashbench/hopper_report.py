@@ -237,14 +237,33 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
     }
 
 
-def render(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict, paired: dict,
-           goal: Goal, template: Path, report_dir: Path, slug: str, gpu_name: str) -> None:
-    """hopper.md and its figures into `report_dir`, from every kernel's tables and the paired ones
-    (archive_tables.read_paired), the line judged against `goal`; `gpu_name` as the chapter's report
-    gives it."""
-    ctx = context(summary, resources, profile, meta, goal, **paired)
+def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: Path, report_dir: Path, slug: str,
+           gpu_name: str) -> None:
+    """hopper.md and its figures into `report_dir`, a part per configuration from the archive's view of
+    it (archive_tables.view: its summary, kernels.json and the tables resources, profile, head_to_head
+    and cycles), each judged against `goal`, and the goals of every configuration in one table at
+    the end; the figures are the first configuration's. `gpu_name` as the chapter's report gives it."""
+    parts, goals = [], []
+    for i, (summary, meta, tables) in enumerate(views):
+        ctx = context(summary, tables["resources"], tables["profile"], meta, goal,
+                      head_to_head=tables["head_to_head"], cycles=tables["cycles"])
+        if i == 0:
+            _figures(ctx, summary, meta, gpu_name, report_dir)
+        checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
+        measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
+        configuration = meta.get("configuration")
+        goals.append({"configuration": configuration, "verdicts": ctx["goal_verdicts"], "next_goal": ctx["next_goal"]})
+        parts.append((ctx, measured, configuration, correctness(checked, [k["name"] for k in ctx["line"]])))
+    text = "".join(fill(template, **ctx, meta=views[i][1], slug=slug, gpu_name=gpu_name, commits=measured,
+                        figures=FIGURES if i == 0 else None, configuration=configuration, first=i == 0,
+                        goals=goals if i == len(parts) - 1 and len(parts) > 1 else None, correctness=checked)
+                   for i, (ctx, measured, configuration, checked) in enumerate(parts))
+    write_text(report_dir / "hopper.md", text)
+
+
+def _figures(ctx: dict, summary: pd.DataFrame, meta: dict, gpu_name: str, report_dir: Path) -> None:
+    """hopper_tflops.png and hopper_sweep.png of one configuration's view (context's `ctx`)."""
     names = set(ctx["order"])
-    checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
     kinds = {k["name"]: k["kind"] for k in meta["kernels"]}
     rows = [{"name": n, "kind": kinds[n], "tflops": tflops_of(case_rows(summary), n), "published_tflops": None}
             for n in ctx["order"]]
@@ -255,7 +274,3 @@ def render(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame
     emphasized = {**({best: "the line's best"} if best else {}),
                   **{n: "the goal's rival" for n in ctx["rivals"].values()}}
     sweep_figure(sweep, ctx["order"], emphasized, gpu_name, meta["case"], report_dir / FIGURES["sweep"])
-    measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
-    text = fill(template, **ctx, meta=meta, slug=slug, gpu_name=gpu_name, figures=FIGURES, commits=measured,
-                correctness=correctness(checked, [k["name"] for k in ctx["line"]]))
-    write_text(report_dir / "hopper.md", text)

@@ -60,6 +60,8 @@ def first_error(validator, instance) -> tuple[str, str] | None:
         message = "missing"
     elif e.validator == "const" and "description" in e.schema:  # a fixed value: its description says why
         message = f"must be {e.validator_value!r}, not {e.instance!r}: {e.schema['description']}"
+    elif e.validator == "not" and "description" in e.schema:  # a value ruled out: its description says why
+        message = f"{e.instance!r} is not allowed: {e.schema['description']}"
     elif e.validator == "anyOf" and "description" in e.schema:  # outside a closed set: its description says what is in it
         message = f"{e.instance!r} is not allowed: {e.schema['description']}"
     elif e.validator == "type" and isinstance(e.instance, float) and not math.isfinite(e.instance):

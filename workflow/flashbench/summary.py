@@ -31,15 +31,15 @@ TIMED = ("tflops", "tflops_median", "tflops_min", "tflops_max", "tflops_graph", 
 DISPATCH = ("issue_ms_per_call", "dispatch_bound")
 CLOCKS = ("sm_clock_mhz_median", "sm_clock_mhz_min", "power_w_max", "throttled", "throttle_reasons")
 SUMMARY_COLUMNS = [
-    "kernel", "kind", "series", "B", "H", "S", "D", "inputs", "is_case", "passed", *CHECK_FIGURES, "reason",
+    "kernel", "config", "kind", "series", "B", "H", "S", "D", "inputs", "is_case", "passed", *CHECK_FIGURES, "reason",
     *TIMED, *DISPATCH, *CLOCKS, "arch", "registers", "spill_bytes", "smem_bytes", "blocks_per_sm",
 ]
 RESOURCE_COLUMNS = [
-    "kernel", "arch", "registers", "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes",
+    "kernel", "config", "arch", "registers", "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes",
     "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes", "threads", "block_rows", "blocks_per_sm",
     "limited_by", "nvcc", "command", "cubin_sha256",
 ]
-PROFILE_COLUMNS = ["kernel", *METRICS, *(f"stall_{s}" for s in STALLS), "softmax_share", "softmax_in_top_lines"]
+PROFILE_COLUMNS = ["kernel", "config", *METRICS, *(f"stall_{s}" for s in STALLS), "softmax_share", "softmax_in_top_lines"]
 _CHOICE = re.compile(r"^\s*//\s*Choice:\s*(.*)$")
 
 
@@ -63,10 +63,13 @@ def own_choices(kernels: list[dict], sources: dict[str, str]) -> dict[str, list[
     """Each kernel's choices (`sources`: its file), less those the version before it states word for
     word: a version's file may restate what it keeps of its predecessor's design (V19's the schedule
     of V18), and that choice is the predecessor's. An ablation, built from its parent's file, has its
-    parent's."""
+    parent's; a kernel's build in another configuration its kernel's."""
     own, previous = {}, set()  # the choices of the version before
     for k in kernels:
         if k["name"] not in sources:  # a peer
+            continue
+        if k.get("of", k["name"]) in own:
+            own[k["name"]] = own[k["of"]]
             continue
         mine = choices(sources[k["name"]])
         if k["kind"] == "version":
@@ -77,8 +80,10 @@ def own_choices(kernels: list[dict], sources: dict[str, str]) -> dict[str, list[
     return own
 
 
-def resources_table(compile_records: list[dict]) -> pd.DataFrame:
+def resources_table(compile_records: list[dict], config_of: dict) -> pd.DataFrame:
+    """One row per build and arch; `config_of`: each build's configuration, by its name."""
     rows = [{
+        "config": config_of.get(r["kernel"]),
         **{k: r[k] for k in ("kernel", "arch", "registers", "spill_store_bytes", "spill_load_bytes",
                               "stack_frame_bytes", "static_smem_bytes", "smem_bytes", "blocks_per_sm", "nvcc",
                               "command", "cubin_sha256")},
@@ -125,7 +130,7 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
             dims = {d: shape[d] for d in "BHSD"}
             is_case = dims == case
             row = {
-                "kernel": name, "kind": kernel["kind"], "series": "check", **dims, "inputs": shape["inputs"],
+                "kernel": name, "config": kernel.get("config"), "kind": kernel["kind"], "series": "check", **dims, "inputs": shape["inputs"],
                 "is_case": is_case, "passed": shape["passed"], "reason": shape.get("reason"),
                 **{f: shape.get(f) for f in CHECK_FIGURES},
                 "arch": arch, **{k: res.get(k) for k in ("registers", "smem_bytes", "blocks_per_sm")},
@@ -135,7 +140,7 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
                 row.update({k: bench["timing"][k] for k in (*TIMED, *DISPATCH)}, **_clocks(bench["timing"]))
             rows.append(row)
         for point in sweeps.get(name, {}).get("points", []):
-            rows.append({"kernel": name, "kind": kernel["kind"], "series": "sweep", **{d: point[d] for d in "BHSD"},
+            rows.append({"kernel": name, "config": kernel.get("config"), "kind": kernel["kind"], "series": "sweep", **{d: point[d] for d in "BHSD"},
                          "inputs": "normal", "is_case": False, "passed": checks[name]["passed"],
                          "reason": point["reason"], "arch": arch,
                          **({k: point[k] for k in (*TIMED, *DISPATCH)} | _clocks(point) if point["timed"] else {})})
@@ -174,15 +179,15 @@ def belong_together(compile_records: list[dict], runs_here: dict, **records: dic
                                       f"{runs_here[name]} is {built[name][:12]}: rerun its GPU stages")
 
 
-def profile_table(profiles: dict) -> pd.DataFrame:
+def profile_table(profiles: dict, config_of: dict) -> pd.DataFrame:
     """One row per profiled kernel: its metrics, stall reasons (cycles per issued instruction) and the
-    softmax section's share of the sampled stalls."""
+    softmax section's share of the sampled stalls; `config_of`: each kernel's configuration."""
     rows = []
     for name, p in profiles.items():
         if not p.get("profiled"):
             continue
         m = p["metrics"]
-        rows.append({"kernel": name, **{k: m[k] for k in METRICS}, **{f"stall_{s}": m["stalls"][s] for s in STALLS},
+        rows.append({"kernel": name, "config": config_of.get(name), **{k: m[k] for k in METRICS}, **{f"stall_{s}": m["stalls"][s] for s in STALLS},
                      "softmax_share": p["softmax_share"],
                      "softmax_in_top_lines": (None if p["top_lines"] is None
                                               else sum(line["softmax"] for line in p["top_lines"]))})
@@ -215,7 +220,8 @@ def tidy_tables(kernels: list[dict], check_paths: list, bench_paths: list, compi
     runs_here = builds_run_here(compile_records, gpu_arch)
     belong_together(compile_records, runs_here, check=checks, bench=benches, sweep=sweeps, profile=profiles,
                     **(more_records or {}))
-    resources = resources_table(compile_records)
+    config_of = {k["name"]: k.get("config") for k in kernels}
+    resources = resources_table(compile_records, config_of)
     summary = summary_table(kernels, checks, benches, resources, runs_here, gpu_arch, case, sweeps)
     choices_of = own_choices(kernels, {r["kernel"]: r["source"] for r in compile_records})
     counted = (more_records or {}).get("cycles", {})
@@ -241,4 +247,4 @@ def tidy_tables(kernels: list[dict], check_paths: list, bench_paths: list, compi
                      "provenance": benches.get(k["name"], {}).get("provenance")
                      or checks[k["name"]].get("provenance")} for k in kernels],
     }
-    return summary, resources, profile_table(profiles), meta
+    return summary, resources, profile_table(profiles, config_of), meta

@@ -43,7 +43,7 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
           sampler=None) -> dict:
     """Time `kernel` (an AttentionKernel or a TorchPeer) at `shape`. Same inputs for every call, as
     the write-up did (the report says whether they fit in L2). `sampler`: a ClockSampler, whose
-    readings over this timing are kept."""
+    readings over this timing are kept. Under a causal mask (kernel.causal) the FLOPs are half."""
     reason = kernel.supports(shape)
     if reason:
         raise FlashbenchError(f"{kernel.name} is not timed at {shape}: {reason}")
@@ -79,6 +79,7 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
     t1 = time.time()
 
     step_s = total_ms / steps / 1e3
+    causal = kernel.causal
     median_s = statistics.median(per_call_ms) / 1e3
     graph_s = statistics.median(graph_ms) / 1e3
     return {
@@ -87,6 +88,7 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
         "repeats": repeats,
         "warmup": warmup,
         "graph_replays": graph_replays,
+        "causal": causal,
         "total_s": total_ms / 1e3,
         "ms_per_step": total_ms / steps,
         "ms_median": median_s * 1e3,
@@ -95,11 +97,11 @@ def bench(kernel, shape: Shape, steps: int, repeats: int, warmup: int, seed: int
         "ms_graph": graph_s * 1e3,
         "issue_ms_per_call": issue_s / steps * 1e3,
         "dispatch_bound": dispatch_bound(issue_s / steps, total_ms / steps / 1e3, graph_s),
-        "tflops": attention.tflops(shape, step_s),
-        "tflops_median": attention.tflops(shape, median_s),
-        "tflops_min": attention.tflops(shape, per_call_ms[-1] / 1e3),
-        "tflops_max": attention.tflops(shape, per_call_ms[0] / 1e3),
-        "tflops_graph": attention.tflops(shape, graph_s),
+        "tflops": attention.tflops(shape, step_s, causal),
+        "tflops_median": attention.tflops(shape, median_s, causal),
+        "tflops_min": attention.tflops(shape, per_call_ms[-1] / 1e3, causal),
+        "tflops_max": attention.tflops(shape, per_call_ms[0] / 1e3, causal),
+        "tflops_graph": attention.tflops(shape, graph_s, causal),
         "gib_per_s": attention.gib_per_s(shape, step_s),
         "input_bytes": attention.input_bytes(shape),
         "clocks": sampler.window(t0, t1) if sampler is not None else None,

@@ -41,7 +41,7 @@ class Expected:
     gate: dict  # factor, tolerance
     bench: dict  # steps, repeats, warmup, graph_replays
     sweep: dict | None  # S and the same counts, or None where no sweep is run
-    peers: list[str] = field(default_factory=list)  # the PyTorch peers' names (their identity is torch's)
+    peers: list[str] = field(default_factory=list)  # the peers' runs' names (their identity is their library's)
 
     @classmethod
     def from_settings(cls, settings) -> Expected:
@@ -50,7 +50,7 @@ class Expected:
                    inputs=list(settings.check_inputs),
                    gate={"factor": settings.check_factor, "tolerance": settings.tolerance},
                    bench=dict(settings.bench), sweep=dict(settings.sweep) if settings.sweep else None,
-                   peers=[p.name for p in settings.peers])
+                   peers=[run.name for run in settings.peer_runs()])
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -78,11 +78,13 @@ def _shape_text(d: dict) -> str:
     return str(Shape(**{k: int(d[k]) for k in "BHSD"}))
 
 
-def timing_disagrees(timing: dict) -> Problem:
-    """A timing's TFLOPS and GiB/s must be what its shape and times come to: an edited figure fails
-    (a summary row, which keeps fewer times than a record, is held to the ones it keeps)."""
+def timing_disagrees(timing: dict, causal: bool | None = None) -> Problem:
+    """A timing's TFLOPS and GiB/s must be what its shape and times come to, under its mask (`causal`,
+    else the timing's own `causal`; absent: none): an edited figure fails (a summary row, which keeps
+    fewer times than a record, is held to the ones it keeps)."""
     shape = Shape(**{k: int(timing[k]) for k in "BHSD"})
-    worked_out = {f: attention.tflops(shape, timing[ms] / 1e3) for f, ms in TFLOPS_OF.items() if ms in timing}
+    causal = timing.get("causal", False) if causal is None else causal
+    worked_out = {f: attention.tflops(shape, timing[ms] / 1e3, causal) for f, ms in TFLOPS_OF.items() if ms in timing}
     worked_out["gib_per_s"] = attention.gib_per_s(shape, timing["ms_per_step"] / 1e3)
     for figure, value in worked_out.items():
         if not math.isclose(timing[figure], value, rel_tol=AGREEMENT):
@@ -193,7 +195,8 @@ def _kernels_consistent(meta: dict, expected) -> Problem:
 
 # What kernels.json states of the run beside the settings it embeds: each must be what those say
 RUN_KEYS = {"case": lambda s: s.case.as_dict(), "baseline": lambda s: s.baseline, "sweep": lambda s: s.sweep,
-            "headline": lambda s: s.headline, "head_to_head": lambda s: s.head_to_head, "cycles": lambda s: s.cycles}
+            "headline": lambda s: s.headline, "head_to_head": lambda s: s.head_to_head, "cycles": lambda s: s.cycles,
+            "configurations": lambda s: [c.as_dict() for c in s.configurations]}
 
 
 def _kernels_settings(meta: dict, expected) -> Problem:
@@ -317,6 +320,12 @@ def _positive_finite(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
+def causal_of(meta: dict, name: str) -> bool:
+    """Whether the run `name` of kernels.json (`meta`) ran under the causal mask (an archive summarized
+    before configurations ran none)."""
+    return next(k for k in meta["kernels"] if k["name"] == name).get("causal", False)
+
+
 def summary_problem(summary, meta: dict) -> str | None:
     """What is wrong with summary.csv read back beside kernels.json (`meta`, already read through
     read_record), or None: a row cut short, a kernel missing or unknown, a timing that is not a
@@ -335,7 +344,7 @@ def summary_problem(summary, meta: dict) -> str | None:
                 return f"{where}: {figure} {value} is not a positive finite number"
         if timed and (untimed := [f for f in TIMED_FIGURES if f in row and f not in timed]):
             return f"{where}: {untimed[0]} is empty though {next(iter(timed))} is not"
-        if timed and (problem := timing_disagrees(row)):
+        if timed and (problem := timing_disagrees(row, causal_of(meta, row["kernel"]))):
             return f"{where}: {problem[0]} {problem[1]}"
     checked = summary[summary.series == "check"]
     case = checked[checked.is_case & (checked.inputs == "normal")]

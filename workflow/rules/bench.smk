@@ -6,9 +6,9 @@ if GPU_MODE:
         input:
             unpack(kernel_inputs("bench")),
         output:
-            archive_output(f"results/{GPU_SLUG}/bench/{{kernel}}.json"),
+            archive_output(f"results/{GPU_SLUG}/bench/{{build}}.json"),
         log:
-            f"logs/{GPU_SLUG}/bench/{{kernel}}.log",
+            f"logs/{GPU_SLUG}/bench/{{build}}.log",
         params:
             files=lambda w: kernel_files(w),
             settings=settings_of("bench"),

@@ -37,4 +37,4 @@ if GPU_MODE:
 
     rule check:
         input:
-            run_records("check", CHECKED),
+            run_records("check"),

@@ -30,10 +30,9 @@ KERNELS = {k.name: k for k in SETTINGS.kernels}
 # first configuration (v25), <kernel>.<configuration> in another (v25.causal)
 BUILDS = {run.name: run for run in SETTINGS.kernel_builds()}
 PEER_RUNS = {run.name: run for run in SETTINGS.peer_runs()}  # each peer in each configuration, the same way
-# Checked in every configuration; timed, swept, profiled and reported in the first so far
-CHECKED = list(BUILDS) + list(PEER_RUNS)
 PEERS = {p.name: p for p in SETTINGS.peers}
-RUNS = list(KERNELS) + list(PEERS)  # everything checked, timed and swept, in table order
+# Every run, checked, timed, swept and counted, in table order: each configuration's kernels, then its peers
+RUNS = [run.name for run in SETTINGS.runs()]
 PY = shlex.quote(sys.executable)
 
 # GPU mode when a GPU is found (or named in config); otherwise the archive-only mode.
@@ -216,8 +215,8 @@ def compile_records(builds=BUILDS):
 ABLATIONS = [name for name, k in KERNELS.items() if k.kind == "ablation"]
 GPU_TARGETS = ["check", "bench", "sweep", "profile", "head_to_head", "cycles",
                *(f"ablation_{name}" for name in ABLATIONS)]
-# The head-to-head's points (the case first), by the wildcard that names each
-HEAD_TO_HEAD_SHAPES = {f"S{shape.S}": shape for shape in SETTINGS.headline_shapes()} if SETTINGS.head_to_head else {}
+# The head-to-head's points (shape, configuration), by the wildcard that names each: S1024, S1024.causal
+HEAD_TO_HEAD_POINTS = SETTINGS.head_to_head_points()
 # Cycle counts: every kernel and peer at the case, the contestants at every point too (ncu found: see NCU)
 CYCLES = PROFILE and SETTINGS.cycles is not None
 
@@ -235,7 +234,7 @@ def fail_without_gpu(wildcards):
 
 def ablation_outputs(name):
     """What `snakemake ablation_<name>` brings up to date: that kernel's builds, check, timing, sweep
-    and profile, then the report. Other kernels' jobs run only where the report needs them redone
+    and profile (the first configuration's: an ablation runs there alone), then the report. Other kernels' jobs run only where the report needs them redone
     (their source changed too)."""
     return (
         expand("build/{arch}/{kernel}.{ext}", arch=kernel_archs(name), kernel=name, ext=("cubin", "json"))

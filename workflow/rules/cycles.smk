@@ -7,9 +7,9 @@ if CYCLES:
         input:
             unpack(kernel_inputs("cycles")),
         output:
-            archive_output(f"results/{GPU_SLUG}/cycles/{{kernel}}.json"),
+            archive_output(f"results/{GPU_SLUG}/cycles/{{build}}.json"),
         log:
-            f"logs/{GPU_SLUG}/cycles/{{kernel}}.log",
+            f"logs/{GPU_SLUG}/cycles/{{build}}.log",
         params:
             files=lambda w: kernel_files(w),
             ncu=NCU,

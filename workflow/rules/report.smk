@@ -14,9 +14,9 @@ if GPU_MODE:
             "benches": run_records("bench"),
             "sweeps": run_records("sweep") if SETTINGS.sweep else [],
             "profiles": run_records("profile", KERNELS) if PROFILE else [],
-            "head_to_heads": expand(f"results/{GPU_SLUG}/head_to_head/{{point}}.json", point=HEAD_TO_HEAD_SHAPES),
+            "head_to_heads": expand(f"results/{GPU_SLUG}/head_to_head/{{point}}.json", point=HEAD_TO_HEAD_POINTS),
             "cycles": run_records("cycles") if CYCLES else [],
-            "compiled": compile_records(KERNELS),  # the first configuration's: the tables' so far
+            "compiled": compile_records(),
             "code": command_code("summarize"),
         })
 

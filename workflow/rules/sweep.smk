@@ -6,9 +6,9 @@ if GPU_MODE and SETTINGS.sweep:
         input:
             unpack(kernel_inputs("sweep")),
         output:
-            archive_output(f"results/{GPU_SLUG}/sweep/{{kernel}}.json"),
+            archive_output(f"results/{GPU_SLUG}/sweep/{{build}}.json"),
         log:
-            f"logs/{GPU_SLUG}/sweep/{{kernel}}.log",
+            f"logs/{GPU_SLUG}/sweep/{{build}}.log",
         params:
             files=lambda w: kernel_files(w),
             settings=settings_of("sweep"),

@@ -1,0 +1,129 @@
+"""An archive of a run in two configurations (the case's and the causal mask), from synthetic records
+(tests/records.py) through summarize's tables to the reports: every table carries the configuration
+of each row, the tables are checked configuration by configuration, under the causal mask FLOPs count
+as half, and hopper.md has a part per configuration and one table of their goals."""
+import pandas as pd
+import pytest
+
+import records
+from flashbench import archive_tables, cycles, gpu_reports, headtohead
+from flashbench.files import write_json, write_text
+from flashbench.summary import tidy_tables
+from flashbench.validation import BadRecord, Expected
+
+from conftest import ROOT, shipped_settings
+
+DENSE = {"name": "dense", "mask": "none", "D": 128, "dtype": "fp16"}
+CAUSAL = {"name": "causal", "mask": "causal", "D": 128, "dtype": "fp16"}
+# every kernel and peer runs in the first configuration; v15 (the headline's first) and the peers in the causal
+CAUSAL_RUNS = ["v15", "sdpa_auto", "unfused"]
+TFLOPS = {**records.LIKE_THE_WRITEUP, "v14": 400.0, "v15": 450.0}
+CAUSAL_TFLOPS = {"v15.causal": 380.0, "sdpa_auto.causal": 300.0, "unfused.causal": 60.0}
+
+
+def run_of(entry: dict, configuration: dict) -> dict:
+    """`entry` (a kernel's or peer's, as records.py has them) as its run in `configuration`."""
+    first = configuration is DENSE
+    return {**entry, "name": entry["name"] if first else f"{entry['name']}.{configuration['name']}",
+            "of": entry["name"], "config": configuration["name"], "causal": configuration["mask"] == "causal"}
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory, monkeypatch_module):
+    """results/nvidia-h200/ of the two-configuration run, as summarize writes it."""
+    tmp = tmp_path_factory.mktemp("configurations")
+    kernels = records.KERNELS + records.HOPPER
+    by_name = {k["name"]: k for k in kernels + records.PEERS}
+    causal = [run_of(by_name[n], CAUSAL) for n in CAUSAL_RUNS]
+    monkeypatch_module.setitem(records.RESOURCES, "v15.causal", records.RESOURCES["v15"])
+    monkeypatch_module.setitem(records.LSU, "v15.causal", records.LSU["v15"])
+    paths = records.write(tmp, {**TFLOPS, **CAUSAL_TFLOPS}, kernels=kernels + causal)
+    paths["profiles"] = [p for p in paths["profiles"] if ".causal" not in p.name]  # profiled in the first alone
+    entries = [run_of(k, DENSE) for k in kernels + records.PEERS] + causal
+    expected = Expected(**{**records.EXPECTED.__dict__,
+                           "peers": [e["name"] for e in entries if e["kind"] == "peer"]})
+    settings = {**records.SETTINGS, "configurations": [DENSE, CAUSAL]}
+    summary, resources, profile, meta = tidy_tables(entries, paths["checks"], paths["benches"], paths["compiled"],
+                                                    "sm_90", records.CASE, paths["sweeps"], paths["profiles"],
+                                                    settings, expected=expected)
+    shapes = [records.CASE, *({**records.CASE, "S": S} for S in records.SWEEP_S if S != records.CASE["S"])]
+    points, counts = [], []
+    for configuration, contestants in ((DENSE, {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0}),
+                                       (CAUSAL, {"v15.causal": 380.0, "sdpa_auto.causal": 300.0})):
+        for seed, shape in enumerate(shapes):
+            point = records.head_to_head_record(shape, contestants, seed)
+            if configuration is CAUSAL:  # the records' times are of the dense FLOPs: half of them here
+                for c in point["contestants"].values():
+                    for r in c["rounds"]:
+                        r["step_s"], r["graph_s"] = r["step_s"] / 2, r["graph_s"] / 2
+            points.append({**point, "configuration": configuration["name"], "causal": configuration is CAUSAL})
+    for e in entries:
+        paired = e["name"] in ("v15", "v14", "sdpa_auto", "v15.causal", "sdpa_auto.causal")
+        counts.append(records.cycles_record(e["name"], shapes if paired else [records.CASE], 100.0))
+
+    def contestants_of(name):
+        return (["v15", "v14"], ["sdpa_auto"]) if name == "dense" else (["v15.causal"], ["sdpa_auto.causal"])
+
+    out = tmp / "results" / "nvidia-h200"
+    tables = {"summary": summary, "resources": resources, "profile": profile,
+              "head_to_head": headtohead.table(points, settings, contestants_of),
+              "cycles": cycles.table(counts, entries, records.CASE)}
+    for name, table in tables.items():
+        write_text(out / f"{name}.csv", table.to_csv(index=False))
+    write_json(out / "kernels.json", meta)
+    return out
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def test_every_table_says_each_rows_configuration(archive):
+    for name in ("summary", "resources", "head_to_head", "cycles"):
+        table = pd.read_csv(archive / f"{name}.csv")
+        assert set(table.config) == {"dense", "causal"}, name
+    head_to_head = pd.read_csv(archive / "head_to_head.csv")
+    causal = head_to_head[head_to_head.config == "causal"]
+    assert set(causal.version) == {"v15.causal"} and set(causal.rival) == {"sdpa_auto.causal"}
+    # the causal points' times are half the dense ones: the same TFLOPS, as their FLOPs count as half
+    assert causal.version_tflops.median() == pytest.approx(380.0, rel=0.02)
+    profile = pd.read_csv(archive / "profile.csv")
+    assert set(profile.config) == {"dense"}
+
+
+def test_each_configurations_view_is_a_run_of_that_configuration_alone(archive):
+    summary, _, _, meta = archive_tables.read_tables(archive)
+    paired = archive_tables.read_paired(archive, meta, summary)
+    causal_summary, causal_meta, causal = archive_tables.view(summary, meta, paired, CAUSAL)
+    assert [k["name"] for k in causal_meta["kernels"]] == CAUSAL_RUNS and causal_meta["headline"] == ["v15"]
+    assert set(causal_summary.kernel) == set(CAUSAL_RUNS) and set(causal["head_to_head"].version) == {"v15"}
+    dense_summary, dense_meta, _ = archive_tables.view(summary, meta, paired, DENSE)
+    assert "v15.causal" not in set(dense_summary.kernel) and dense_meta["headline"] == ["v15", "v14"]
+
+
+def test_a_causal_timing_counted_as_dense_is_refused(archive, tmp_path):
+    """The FLOPs of a causal run are half a dense one's: a figure that counts them whole is refused."""
+    import shutil
+
+    copy = shutil.copytree(archive, tmp_path / "nvidia-h200")
+    summary = pd.read_csv(copy / "summary.csv")
+    row = (summary.kernel == "v15.causal") & (summary.series == "sweep")
+    summary.loc[row, "tflops"] *= 2
+    summary.to_csv(copy / "summary.csv", index=False)
+    with pytest.raises(BadRecord, match=r"v15\.causal, sweep S=512\): tflops .* is not what ms_per_step"):
+        archive_tables.read_tables(copy)
+
+
+def test_hopper_md_has_a_part_per_configuration_and_one_table_of_their_goals(archive, tmp_path):
+    reports = tmp_path / "reports"
+    gpu_reports.render(archive, reports, ROOT / "workflow" / "templates" / "report.md.j2", "nvidia-h200",
+                       shipped_settings().goal)
+    hopper, chapter = (reports / "hopper.md").read_text(), (reports / "report.md").read_text()
+    dense, causal = hopper.split("# The line in the configuration causal (the causal mask, D=128, fp16)")
+    assert "**dense** (no mask, D=128, fp16)" in dense and "v15.causal" not in hopper
+    assert "FLOPs are counted as half, 2·B·H·S²·D" in causal and "| v15 |" in causal
+    goals = causal.split("# The goals in every configuration")[1]
+    assert "| dense (no mask, D=128, fp16) | v15 |" in goals and "| causal (the causal mask, D=128, fp16) | v15 |" in goals
+    assert ".causal" not in chapter and "unfused" in chapter
