@@ -165,7 +165,14 @@ def test_configurations_name_each_kernel_build_and_peer_run_the_first_keeping_it
     assert builds["v25.causal"].of == "v25" and builds["v25.causal"].configuration.causal
     assert settings.defines("v25.causal") == {"FLASH_CAUSAL": 1} and settings.defines("br128") == {"BLOCK_ROWS": 128}
     assert settings.run("sdpa_cudnn.causal").of == "sdpa_cudnn" and settings.run("sdpa_cudnn").configuration.name == "dense"
-    assert len(settings.peer_runs()) == 2 * len(settings.peers)
+    # a peer runs in every configuration unless it names them: the head-to-head's rivals under the mask too
+    causal_peers = [run.of for run in settings.peer_runs() if run.configuration.causal]
+    assert causal_peers == ["sdpa_auto", "sdpa_cudnn", "flash_attn_cute"]
+    assert set(causal_peers) == set(settings.head_to_head["rivals"])
+    assert settings.contestants(settings.configurations[1]) == ["v25.causal", *(f"{n}.causal" for n in settings.head_to_head["rivals"])]
+    # and the runs in table order: each configuration's kernels, then its peers
+    assert [run.name for run in settings.runs()][-4:] == ["v25.causal", "sdpa_auto.causal", "sdpa_cudnn.causal",
+                                                         "flash_attn_cute.causal"]
     # the first configuration's jobs read what they read before configurations; another's reads its own
     assert "configuration" not in settings.used_by("check", "v25")
     assert settings.used_by("check", "v25.causal")["configuration"]["mask"] == "causal"
@@ -174,6 +181,7 @@ def test_configurations_name_each_kernel_build_and_peer_run_the_first_keeping_it
 
 @pytest.mark.parametrize("name, message", [
     ("v24.causal", "v24 does not run in the configuration 'causal' (config key 'kernels.v24.configurations')"),
+    ("unfused.causal", "unfused does not run in the configuration 'causal' (config key 'peers.unfused.configurations')"),
     ("v25.sliding", "no configuration named 'sliding'"),
     ("v99.causal", "no kernel or peer named 'v99'"),
 ])
@@ -196,6 +204,10 @@ def test_without_configurations_every_kernel_runs_in_the_dense_one():
      "config key 'kernels.v25.configurations[1]': unknown configuration 'sliding'"),
     (lambda c: c["kernels"]["v25"].update(configurations=["causal"]),
      "config key 'kernels.v25.configurations': every kernel runs in the first configuration, 'dense'"),
+    (lambda c: c["peers"]["unfused"].update(configurations=["dense", "sliding"]),
+     "config key 'peers.unfused.configurations[1]': unknown configuration 'sliding'"),
+    (lambda c: c["peers"]["unfused"].update(configurations=["causal"]),
+     "config key 'peers.unfused.configurations': every peer runs in the first configuration, 'dense'"),
     (lambda c: c["configurations"]["causal"].update(mask="sliding"), "configurations.causal.mask"),
     (lambda c: c["configurations"]["causal"].update(D=64), "configurations.causal.D"),
 ])

@@ -124,6 +124,7 @@ def test_hopper_md_has_a_part_per_configuration_and_one_table_of_their_goals(arc
     dense, causal = hopper.split("# The line in the configuration causal (the causal mask, D=128, fp16)")
     assert "**dense** (no mask, D=128, fp16)" in dense and "v15.causal" not in hopper
     assert "FLOPs are counted as half, 2·B·H·S²·D" in causal and "| v15 |" in causal
+    assert "Not run in this configuration, as config's `configurations` of each says: v14." in causal
     goals = causal.split("# The goals in every configuration")[1]
     assert "| dense (no mask, D=128, fp16) | v15 |" in goals and "| causal (the causal mask, D=128, fp16) | v15 |" in goals
     assert ".causal" not in chapter and "unfused" in chapter

@@ -89,6 +89,10 @@ class Peer:
     published_tflops: float | None = None
     max_seq_len: int | None = None
     kind: str = "peer"
+    configurations: tuple[str, ...] | None = None  # the configurations it runs in (None: every one)
+
+    def runs_in(self, configuration: Configuration) -> bool:
+        return self.configurations is None or configuration.name in self.configurations
 
     def as_dict(self) -> dict:
         return {"name": self.name, "backend": self.backend, "change": self.change,
@@ -239,14 +243,14 @@ class Settings:
         return [self.run_of(k.name, self.configuration(c)) for k in self.kernels for c in k.configurations]
 
     def peer_runs(self) -> list[Run]:
-        """Each peer in each configuration (a peer runs in every one), in table order."""
-        return [self.run_of(p.name, c) for p in self.peers for c in self.configurations]
+        """Each peer in each configuration it runs in (every one, unless it names them), in table order."""
+        return [self.run_of(p.name, c) for p in self.peers for c in self.configurations if p.runs_in(c)]
 
     def runs(self) -> list[Run]:
         """Every run, in table order: each configuration's kernels, then its peers."""
         return [run for c in self.configurations for run in
                 [*(self.run_of(k.name, c) for k in self.kernels if c.name in k.configurations),
-                 *(self.run_of(p.name, c) for p in self.peers)]]
+                 *(self.run_of(p.name, c) for p in self.peers if p.runs_in(c))]]
 
     def run_of(self, name: str, configuration: Configuration) -> Run:
         suffix = "" if configuration == self.configurations[0] else RUN_SEPARATOR + configuration.name
@@ -257,11 +261,15 @@ class Settings:
         of, _, configuration = name.partition(RUN_SEPARATOR)
         run = self.run_of(of, self.configuration(configuration) if configuration else self.configurations[0])
         kernel = next((k for k in self.kernels if k.name == of), None)
-        if kernel is None and of not in {p.name for p in self.peers}:
+        peer = next((p for p in self.peers if p.name == of), None)
+        if kernel is None and peer is None:
             raise ConfigError(f"no kernel or peer named {of!r} is run (config keys 'versions', 'peers')")
         if kernel is not None and run.configuration.name not in kernel.configurations:
             raise ConfigError(f"{of} does not run in the configuration {run.configuration.name!r} "
                               f"(config key 'kernels.{of}.configurations')")
+        if peer is not None and not peer.runs_in(run.configuration):
+            raise ConfigError(f"{of} does not run in the configuration {run.configuration.name!r} "
+                              f"(config key 'peers.{of}.configurations')")
         return run
 
     def defines(self, build: str) -> dict:
@@ -284,7 +292,8 @@ class Settings:
         """The head-to-head's contestants in `configuration`, by their runs' names: the headline versions
         that run there, then the rivals."""
         rivals = self.head_to_head["rivals"] if self.head_to_head else []
-        return self.headline_in(configuration) + [self.run_of(name, configuration).name for name in rivals]
+        return self.headline_in(configuration) + [self.run_of(name, configuration).name for name in rivals
+                                                  if self.peer(name).runs_in(configuration)]
 
     def head_to_head_points(self) -> dict[str, tuple[Shape, Configuration]]:
         """The head-to-head's points by name: each of headline_shapes in each configuration the headline
@@ -377,10 +386,19 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
                               f"configuration, {known_configurations[0]!r}, the case's")
         kernels.append(Kernel(name=name, **{**spec, "configurations": runs_in}))
 
-    peers = [Peer(name=name, **spec) for name, spec in config.get("peers", {}).items()]
+    peers = [Peer(name=name, **{**spec, **({"configurations": tuple(spec["configurations"])}
+                                          if "configurations" in spec else {})})
+             for name, spec in config.get("peers", {}).items()]
     for peer in peers:
         if peer.name in definitions:
             raise ConfigError(f"config key 'peers.{peer.name}': a kernel has that name too")
+        for j, configuration in enumerate(peer.configurations or ()):
+            if configuration not in known_configurations:
+                raise ConfigError(f"config key 'peers.{peer.name}.configurations[{j}]': unknown configuration "
+                                  f"{configuration!r} (defined under configurations: {', '.join(known_configurations)})")
+        if peer.configurations is not None and known_configurations[0] not in peer.configurations:
+            raise ConfigError(f"config key 'peers.{peer.name}.configurations': every peer runs in the first "
+                              f"configuration, {known_configurations[0]!r}, the case's")
     baseline = config.get("baseline")
     if baseline is not None and baseline not in {p.name for p in peers}:
         raise ConfigError(f"config key 'baseline': {baseline!r} is not one of the peers")

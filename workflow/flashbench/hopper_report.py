@@ -244,6 +244,7 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
     and cycles), each judged against `goal`, and the goals of every configuration in one table at
     the end; the figures are the first configuration's. `gpu_name` as the chapter's report gives it."""
     parts, goals = [], []
+    first_runs = [k["name"] for k in views[0][1]["kernels"] if k.get("line") == LINE or k["kind"] == "peer"]
     for i, (summary, meta, tables) in enumerate(views):
         ctx = context(summary, tables["resources"], tables["profile"], meta, goal,
                       head_to_head=tables["head_to_head"], cycles=tables["cycles"])
@@ -253,11 +254,13 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
         measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
         configuration = meta.get("configuration")
         goals.append({"configuration": configuration, "verdicts": ctx["goal_verdicts"], "next_goal": ctx["next_goal"]})
-        parts.append((ctx, measured, configuration, correctness(checked, [k["name"] for k in ctx["line"]])))
+        here = {k["name"] for k in meta["kernels"]}
+        absent = [name for name in first_runs if name not in here]  # the line's and the peers' that do not run here
+        parts.append((ctx, measured, configuration, correctness(checked, [k["name"] for k in ctx["line"]]), absent))
     text = "".join(fill(template, **ctx, meta=views[i][1], slug=slug, gpu_name=gpu_name, commits=measured,
-                        figures=FIGURES if i == 0 else None, configuration=configuration, first=i == 0,
+                        figures=FIGURES if i == 0 else None, configuration=configuration, first=i == 0, absent=absent,
                         goals=goals if i == len(parts) - 1 and len(parts) > 1 else None, correctness=checked)
-                   for i, (ctx, measured, configuration, checked) in enumerate(parts))
+                   for i, (ctx, measured, configuration, checked, absent) in enumerate(parts))
     write_text(report_dir / "hopper.md", text)
 
 
