@@ -107,7 +107,8 @@ def _gpu_held(what: str):
 def _kernel(a):
     """The implementation a check / bench / sweep / cycles runs: a compiled kernel or a configured peer
     (in the configuration `--peer` names, as sdpa_cudnn.causal does)."""
-    return _implementation(_peer_of(a), a.cubin, a.record, _run(a))
+    peer = _peer_of(a)
+    return _implementation(peer, a.cubin, a.record, _run(a) if peer else None)  # a kernel's build says its own
 
 
 def _peer_of(a):
