@@ -78,9 +78,11 @@ def read_paired(results_dir: Path | str, meta: dict, summary: pd.DataFrame) -> d
                                    ("cycles", CYCLES_COLUMNS, cycles_problem)):
         tables[name] = _read(results_dir / f"{name}.csv", columns, meta) if meta.get(name) else None
         if tables[name] is not None:
-            for configuration in configurations(meta):  # each configuration's rows, as one run of its own
+            for i, configuration in enumerate(configurations(meta)):  # each one's rows, as a run of its own
                 v_summary, v_meta, v_tables = view(summary, meta, {name: tables[name]}, configuration)
-                _refuse(results_dir / f"{name}.csv", problem(v_tables[name], v_meta, v_summary))
+                said = problem(v_tables[name], v_meta, v_summary)
+                _refuse(results_dir / f"{name}.csv", f"in the configuration {configuration['name']}, {said}"
+                        if said and i > 0 else said)
     return tables
 
 
@@ -229,8 +231,9 @@ def _where(shape: dict, case: dict) -> str:
 
 
 def _rows(table):
-    """Each row of a table, with its CSV line (the header is line 1)."""
-    return ((i + 2, row) for i, row in enumerate(table.to_dict("records")))
+    """Each row of a table, with its CSV line (the header is line 1; a configuration's view keeps the
+    lines of its rows)."""
+    return ((i + 2, row) for i, row in zip(table.index, table.to_dict("records")))
 
 
 def _once(seen: dict, key, line: int) -> None:
@@ -245,7 +248,8 @@ def _missing(order: list, present: dict, what) -> str | None:
     rank = {key: i for i, key in enumerate(order)}
     for key in order:
         if key not in present:
-            line = 2 + sum(1 for k in present if rank.get(k, len(order)) < rank[key])
+            before = [line for k, line in present.items() if rank.get(k, len(order)) < rank[key]]
+            line = max(before) + 1 if before else min(present.values(), default=2)
             return f"line {line}: no row for {what(key)}: cut short or edited"
     return None
 

@@ -8,17 +8,20 @@
 if GPU_MODE:
 
     def summarized(w):
-        """Every record of the run and every build, by content against kernels.json (see by_content)."""
-        return by_content(f"results/{GPU_SLUG}/kernels.json", {
+        """Every record of the run, by file time, and every build and the code, by content against
+        kernels.json (see by_content). A record goes by its time: one a job rewrites (rerun, or asked
+        for again with -R) makes the tables again, where Snakemake would pass over an input marked
+        ancient however the job that writes it runs."""
+        return {
             "checks": run_records("check"),
             "benches": run_records("bench"),
             "sweeps": run_records("sweep") if SETTINGS.sweep else [],
             "profiles": run_records("profile", KERNELS) if PROFILE else [],
             "head_to_heads": expand(f"results/{GPU_SLUG}/head_to_head/{{point}}.json", point=HEAD_TO_HEAD_POINTS),
             "cycles": run_records("cycles") if CYCLES else [],
-            "compiled": compile_records(),
-            "code": command_code("summarize"),
-        })
+            **by_content(f"results/{GPU_SLUG}/kernels.json",
+                         {"compiled": compile_records(), "code": command_code("summarize")}),
+        }
 
     rule summarize:
         input:
