@@ -21,8 +21,14 @@ def table(text: str) -> dict:
 
 
 def measured(results_dir) -> dict:
-    """Each kernel's and peer's TFLOPS at the case, as summary.csv holds them (check rows, 100-step)."""
+    """Each kernel's and peer's TFLOPS at the case, as summary.csv holds them (check rows, 100-step), in
+    the case's configuration (the first: the comparison's)."""
+    import json
+
     summary = pd.read_csv(results_dir / "summary.csv")
+    configurations = json.loads((results_dir / "kernels.json").read_text()).get("configurations")
+    if configurations:
+        summary = summary[summary.config == configurations[0]["name"]]
     case = summary[(summary.series == "check") & summary.is_case & summary.tflops.notna()]
     return {r.kernel: f"{r.tflops:.1f}" for r in case.itertuples()}
 

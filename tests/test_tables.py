@@ -91,20 +91,21 @@ def test_the_archived_tables_pass_as_they_are(archived):
     summary, meta = archived
     tables = archive_tables.read_tables(ARCHIVE)
     paired = archive_tables.read_paired(ARCHIVE, meta, summary)
-    assert len(tables[1]) == 21 and len(tables[2]) == 16 and len(paired["head_to_head"]) == 84
-    assert len(paired["cycles"]) == 47
+    assert len(tables[1]) == 23 and len(tables[2]) == 17 and len(paired["head_to_head"]) == 120
+    assert len(paired["cycles"]) == 72
 
 
 # ---- head_to_head.csv --------------------------------------------------------------------------------
 
-FIRST = "v24 against v23 by step at the case"  # head_to_head.csv's line 2
-FIRST_INTERVAL = "[1.0132262947159236, 1.04511820531119]"
+FIRST = "v25 against v24 by step at the case"  # head_to_head.csv's line 2
+FIRST_INTERVAL = "[1.0058701002254886, 1.0294042585311283]"
+FIRST_CAUSAL = "v25 against sdpa_cudnn by step at the case"  # line 86: the causal configuration's first
 
 
 @pytest.mark.parametrize("damage, message", [
     (lambda p: set_cells(p, None, verdict="behind"),
      (f"line 2 ({FIRST}): verdict 'behind', but its interval {FIRST_INTERVAL} and the band (level_within 0.01) "
-     "give 'ahead'")),
+     "give 'level'")),
     (lambda p: set_cells(p, 2, ratio="inf"), f"line 2 ({FIRST}): ratio inf is not a positive finite number"),
     (lambda p: set_cells(p, 2, ratio=""), f"line 2 ({FIRST}): no ratio"),
     (lambda p: set_cells(p, 2, ratio="nan"), f"line 2 ({FIRST}): no ratio"),
@@ -112,28 +113,35 @@ FIRST_INTERVAL = "[1.0132262947159236, 1.04511820531119]"
      f"line 2 ({FIRST}): ratio -1.14 is not a positive finite number"),
     (lambda p: set_cells(p, 2, ratio="abc"), f"line 2 ({FIRST}): ratio 'abc' is not a number"),
     (lambda p: set_cells(p, 2, ratio=1.2), f"line 2 ({FIRST}): ratio 1.2 is outside its interval {FIRST_INTERVAL}"),
-    (lambda p: set_cells(p, 2, ci_low=1.03), (f"line 2 ({FIRST}): ratio 1.0271879052847004 is outside its interval "
-                                            "[1.03, 1.04511820531119]")),
-    (lambda p: drop(p, 5), ("line 5: no row for v24 against sdpa_cudnn by graph at the case, where kernels.json says "
+    (lambda p: set_cells(p, 2, ci_low=1.03), (f"line 2 ({FIRST}): ratio 1.013678328614847 is outside its interval "
+                                            "[1.03, 1.0294042585311283]")),
+    (lambda p: drop(p, 5), ("line 5: no row for v25 against sdpa_cudnn by graph at the case, where kernels.json says "
                            "both were run: cut short or edited")),
-    (lambda p: drop(p, 85), "line 85: no row for v23 against flash_attn_cute by graph at S=16384"),
-    (lambda p: drop(p, *range(2, 86)), "line 2: no row for v24 against v23 by step at the case"),
-    (lambda p: set_cells(p, 3, rival="fa3"), ("line 3 (v24 against fa3 by graph at the case): fa3 is not one of v24's "
-                                             "rivals in kernels.json (v23, sdpa_cudnn, sdpa_auto, flash_attn_cute)")),
-    (lambda p: set_cells(p, 16, version="v22"), ("line 16 (v22 against v23 by step at S=512): v22 is not one of "
-                                                "kernels.json's headline versions (v24, v23)")),
-    (lambda p: duplicate(p, 2), f"line 86 ({FIRST}): a second row for it (the first is line 2)"),
-    (lambda p: set_cells(p, 2, S=3072), ("line 2 (v24 against v23 by step at S=3072): B=1 H=64 S=3072 D=128 is not a "
+    (lambda p: drop(p, 85), "line 85: no row for v24 against flash_attn_cute by graph at S=16384"),
+    (lambda p: drop(p, *range(2, 86)), "line 2: no row for v25 against v24 by step at the case"),
+    (lambda p: set_cells(p, 3, rival="fa3"), ("line 3 (v25 against fa3 by graph at the case): fa3 is not one of v25's "
+                                             "rivals in kernels.json (v24, sdpa_cudnn, sdpa_auto, flash_attn_cute)")),
+    (lambda p: set_cells(p, 16, version="v22"), ("line 16 (v22 against v24 by step at S=512): v22 is not one of "
+                                                "kernels.json's headline versions (v25, v24)")),
+    (lambda p: duplicate(p, 2), f"line 122 ({FIRST}): a second row for it (the first is line 2)"),
+    (lambda p: set_cells(p, 2, S=3072), ("line 2 (v25 against v24 by step at S=3072): B=1 H=64 S=3072 D=128 is not a "
                                         "point of the head-to-head")),
     (lambda p: set_cells(p, 2, is_case=False),
      f"line 2 ({FIRST}): is_case False, but B=1 H=64 S=1024 D=128 is the case"),
-    (lambda p: set_cells(p, 3, fair=False), "line 3 (v24 against v23 by graph at the case): fair False by graph"),
+    (lambda p: set_cells(p, 3, fair=False), "line 3 (v25 against v24 by graph at the case): fair False by graph"),
     (lambda p: set_cells(p, 2, rounds=19), f"line 2 ({FIRST}): rounds 19, but the head-to-head ran 20"),
     (lambda p: set_cells(p, 2, rival_tflops=-282.7), f"line 2 ({FIRST}): rival_tflops -282.7 is not a positive finite"),
+    # a configuration's rows are checked as a run of that configuration, named by its kernels and peers
+    (lambda p: set_cells(p, 86, rival="fa3"), (f"in the configuration causal, line 86 (v25 against fa3 by step at the "
+                                              "case): fa3 is not one of v25's rivals in kernels.json (sdpa_cudnn, "
+                                              "sdpa_auto, flash_attn_cute)")),
+    (lambda p: drop(p, 87), ("in the configuration causal, line 87: no row for v25 against sdpa_cudnn by graph at the "
+                            "case, where kernels.json says both were run")),
+    (lambda p: set_cells(p, 86, verdict="level"), f"in the configuration causal, line 86 ({FIRST_CAUSAL}): verdict 'level'"),
 ], ids=["every-verdict-behind", "ratio-inf", "ratio-empty", "ratio-nan", "ratio-negative", "ratio-abc",
         "ratio-above-interval", "ratio-below-interval", "dropped-row", "dropped-last-row", "header-only",
         "unknown-rival", "unknown-version", "duplicated-row", "unknown-point", "is-case", "graph-not-fair", "rounds",
-        "negative-tflops"])
+        "negative-tflops", "causal-unknown-rival", "causal-dropped-row", "causal-verdict"])
 def test_a_damaged_head_to_head_is_refused(copy, archived, damage, message):
     damage(copy / "head_to_head.csv")
     refused(copy, archived, "head_to_head.csv", message)
@@ -143,14 +151,15 @@ def test_a_contestant_kernels_json_says_failed_its_check_has_no_head_to_head(cop
     summary, meta = archived
     meta = {**meta, "kernels": [{**k, "check_passed": False} if k["name"] == "sdpa_auto" else k
                                 for k in meta["kernels"]]}
-    with pytest.raises(BadRecord, match=r"line 6 \(v24 against sdpa_auto by step at the case\): kernels.json says "
+    with pytest.raises(BadRecord, match=r"line 6 \(v25 against sdpa_auto by step at the case\): kernels.json says "
                                         "sdpa_auto did not pass its check: it is never in the head-to-head"):
         archive_tables.read_paired(copy, meta, summary)
     h2h = copy / "head_to_head.csv"  # without its rows (nor its counts), the table is whole
     write_lines(h2h, [row for row in lines(h2h) if "sdpa_auto" not in row])
     cycles = copy / "cycles.csv"
     write_lines(cycles, [row for row in lines(cycles) if row[0] != "sdpa_auto"])
-    assert len(archive_tables.read_paired(copy, meta, summary)["head_to_head"]) == 84 - 2 * 2 * 6
+    # its rows against the two headline versions; under the mask its run (sdpa_auto.causal) passed
+    assert len(archive_tables.read_paired(copy, meta, summary)["head_to_head"]) == 120 - 2 * 2 * 6
 
 
 def test_a_contestant_the_sweep_found_no_kernel_for_at_a_length_has_no_rows_there(copy, archived):
@@ -164,10 +173,10 @@ def test_a_contestant_the_sweep_found_no_kernel_for_at_a_length_has_no_rows_ther
     summary.loc[sweep, timed] = None
     summary.loc[sweep, "reason"] = "torch has no flash_attn_cute kernel for these inputs"
     h2h, cycles = copy / "head_to_head.csv", copy / "cycles.csv"
-    write_lines(h2h, [row for row in lines(h2h) if not (row[2] == "16384" and row[6] == "flash_attn_cute")])
-    write_lines(cycles, [row for row in lines(cycles) if not (row[0] == "flash_attn_cute" and row[4] == "16384")])
+    write_lines(h2h, [row for row in lines(h2h) if not (row[3] == "16384" and row[7] == "flash_attn_cute")])
+    write_lines(cycles, [row for row in lines(cycles) if not (row[0] == "flash_attn_cute" and row[5] == "16384")])
     archive_tables.read_paired(copy, meta, summary)
-    with pytest.raises(BadRecord, match="line 78: no row for v24 against flash_attn_cute by step at S=16384"):
+    with pytest.raises(BadRecord, match="line 78: no row for v25 against flash_attn_cute by step at S=16384"):
         archive_tables.read_paired(copy, *archived[::-1])
 
 
@@ -181,14 +190,14 @@ def test_a_contestant_the_sweep_found_no_kernel_for_at_a_length_has_no_rows_ther
     (lambda p: set_cells(p, 2, efficiency_per_cycle="inf"),
      "line 2 (v11 at the case): efficiency_per_cycle inf is not a number in (0, 1]"),
     (lambda p: set_cells(p, 2, efficiency_per_cycle=0.15),
-     "line 2 (v11 at the case): efficiency_per_cycle 0.15 is not what 439709 cycles on 132 SMs come to (0.144528)"),
+     "line 2 (v11 at the case): efficiency_per_cycle 0.15 is not what 439936 cycles on 132 SMs come to (0.144453)"),
     (lambda p: set_cells(p, 2, cycles=441000.0), ("line 2 (v11 at the case): cycles 441000.0 is not between cycles_min "
-                                                 "439049.0 and cycles_max 440654.0")),
+                                                 "438806.0 and cycles_max 440404.0")),
     (lambda p: set_cells(p, 2, launches=6),
      "line 2 (v11 at the case): launches 6, but the run counted 7 at each shape"),
     (lambda p: drop(p, 2), "line 2: no row for v11 at the case, where kernels.json says it was counted"),
-    (lambda p: drop(p, *range(2, 49)), "line 2: no row for v11 at the case"),
-    (lambda p: duplicate(p, 3), "line 49 (v12 at the case): a second row for it (the first is line 3)"),
+    (lambda p: drop(p, *range(2, 50)), "line 2: no row for v11 at the case"),
+    (lambda p: duplicate(p, 3), "line 74 (v12 at the case): a second row for it (the first is line 3)"),
     (lambda p: set_cells(p, 2, S=2048), "line 2 (v11 at S=2048): v11 is counted at the case only"),
     (lambda p: set_cells(p, 2, kernel="v10"), "line 2 (v10 at the case): v10 is not among the kernels of kernels.json"),
     (lambda p: set_cells(p, 2, kind="peer"),
@@ -234,8 +243,8 @@ def test_a_kernel_ncu_could_not_count_has_no_cycle_rows_and_is_not_missed(copy, 
      "line 2 (v11 for sm_103): registers 256 is not a whole number in [1, 255]"),
     (lambda p: drop(p, 9), "line 9: no row for br128 for sm_90, which kernels.json's run builds it for"),
     (lambda p: drop(p, 8, 9), "line 8: no row for br128 for sm_103"),
-    (lambda p: drop(p, *range(2, 23)), "line 2: no row for v11 for sm_90"),  # the GPU's own: the run built for it
-    (lambda p: duplicate(p, 12), "line 23 (v14 for sm_90a): a second row for it (the first is line 12)"),
+    (lambda p: drop(p, *range(2, 25)), "line 2: no row for v11 for sm_103"),  # the run's archs, its settings say
+    (lambda p: duplicate(p, 12), "line 25 (v14 for sm_90a): a second row for it (the first is line 12)"),
     (lambda p: set_cells(p, 12, arch="sm_90"), "line 12 (v14 for sm_90): v14 is built for sm_90a"),
     (lambda p: set_cells(p, 13, dynamic_smem_bytes=240000, smem_bytes=240000),
      "line 13 (v15 for sm_90a): dynamic_smem_bytes 240000 is not a whole number in [0, 232448]"),
@@ -318,7 +327,7 @@ def test_no_block_fitting_an_sm_is_refused_only_in_a_build_that_ran(archived):
 @pytest.mark.parametrize("damage, message", [
     (lambda p: drop(p, *range(2, 18)), "line 2: no row for v11, which kernels.json says was profiled: cut short"),
     (lambda p: drop(p, 5), "line 5: no row for br128, which kernels.json says was profiled"),
-    (lambda p: duplicate(p, 2), "line 18 (v11): a second row for it (the first is line 2)"),
+    (lambda p: duplicate(p, 2), "line 19 (v11): a second row for it (the first is line 2)"),
     (lambda p: set_cells(p, 2, registers=126), "line 2 (v11): registers 126, but its build for sm_90 has 123"),
     (lambda p: set_cells(p, 2, achieved_occupancy_pct=123.9), ("line 2 (v11): achieved_occupancy_pct 123.9 is not a "
                                                               "number in [0, 100]")),
@@ -339,12 +348,12 @@ def test_a_damaged_profile_is_refused(copy, archived, damage, message):
 @pytest.mark.parametrize("table, damage, message", [
     ("head_to_head.csv", lambda p: set_cells(p, None, verdict="behind"), f"line 2 ({FIRST}): verdict 'behind'"),
     ("head_to_head.csv", lambda p: set_cells(p, 3, rival="fa3"),
-     "line 3 (v24 against fa3 by graph at the case): fa3 is not one of v24's rivals"),
-    ("head_to_head.csv", lambda p: drop(p, *range(2, 86)), "line 2: no row for v24 against v23 by step at the case"),
+     "line 3 (v25 against fa3 by graph at the case): fa3 is not one of v25's rivals"),
+    ("head_to_head.csv", lambda p: drop(p, *range(2, 86)), "line 2: no row for v25 against v24 by step at the case"),
     ("cycles.csv", lambda p: set_cells(p, 2, cycles=-439700),
      "line 2 (v11 at the case): cycles -439700.0 is not a positive"),
     ("resources.csv", lambda p: drop(p, 9), "line 9: no row for br128 for sm_90"),
-    ("profile.csv", lambda p: drop(p, *range(2, 18)), "line 2: no row for v11, which kernels.json says was profiled"),
+    ("profile.csv", lambda p: drop(p, *range(2, 19)), "line 2: no row for v11, which kernels.json says was profiled"),
 ], ids=["verdicts", "unknown-rival", "head-to-head-header-only", "negative-cycles", "dropped-resources-row",
         "profile-header-only"])
 def test_render_refuses_a_damaged_table_in_one_line_and_writes_nothing(copy, tmp_path, capsys, settings_file, table,

@@ -29,12 +29,12 @@ def test_every_archived_record_passes_as_it_is(results_dir, settings):
 
 
 def archived_names(results_dir, settings) -> list[str]:
-    """The kernels and peers an archive holds, in table order: config's, less only the last versions,
-    added since the archive was made (until a GPU runs them)."""
+    """The runs of kernels and peers an archive holds, in table order: config's, less only those of the
+    last versions, added since the archive was made (until a GPU runs them)."""
     names = [k["name"] for k in validation.read_record(results_dir / "kernels.json", "kernels")["kernels"]]
-    configured = [k.name for k in settings.kernels] + [p.name for p in settings.peers]
+    configured = [run.name for run in settings.runs()]
     versions = [k.name for k in settings.kernels if k.kind == "version"]
-    newer = [name for name in configured if name not in names]
+    newer = list(dict.fromkeys(settings.run(name).of for name in configured if name not in names))
     assert set(names) <= set(configured) and newer == versions[len(versions) - len(newer):]
     return names
 
@@ -51,19 +51,18 @@ def test_the_archived_tables_are_what_its_records_summarize_to(results_dir, sett
         write_json(path, {**{k: r[k] for k in ("kernel", "arch", "nvcc", "command", "cubin_sha256", "registers",
                                               "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes",
                                               "static_smem_bytes", "smem_bytes", "blocks_per_sm")},
-                          "source": str(ROOT / settings.kernel(r["kernel"]).source),
+                          "source": str(ROOT / settings.kernel(settings.run(r["kernel"]).of).source),
                           "limited_by": r["limited_by"].split(" + "),
                           "launch": {k: r[k] for k in ("threads", "block_rows", "dynamic_smem_bytes")}})
         compiled.append(path)
     names = archived_names(results_dir, settings)
-    kernels = [{"name": k.name, "kind": k.kind, "change": k.change} for k in settings.kernels if k.name in names]
-    kernels += [{**p.as_dict(), "kind": "peer"} for p in settings.peers]
+    kernels = [e for e in settings.entries() if e["name"] in names]
 
     def paths(kind, of=names):
         return [results_dir / kind / f"{name}.json" for name in of]
 
     tables = tidy_tables(kernels, paths("check"), paths("bench"), compiled, "sm_90", settings.case.as_dict(),
-                         paths("sweep"), paths("profile", [k["name"] for k in kernels if k["kind"] != "peer"]),
+                         paths("sweep"), paths("profile", [k.name for k in settings.kernels if k.name in names]),
                          {"baseline": settings.baseline, "sweep": settings.sweep, "profile_note": None},
                          expected=validation.Expected.from_settings(settings))
     for table, name in zip(tables, ("summary.csv", "resources.csv", "profile.csv")):
