@@ -209,7 +209,8 @@ def bad_invocations(tmp_path, settings_file):
         "a head-to-head without a contestant's check": (h2h + out, "--checks has no check record of the contestant "
                                                                    "v25"),
         "a head-to-head in a configuration the settings lack": (h2h + ["--configuration", "sliding", *out],
-                                                                "no configuration named 'sliding'"),
+                                                                "--configuration 'sliding': not a configuration of "
+                                                                "the settings \\(dense, causal\\)"),
         "a head-to-head check record that is not there": (["head-to-head", *s, "--S", "1024", "--checks", none, *out],
                                                           f"argument --checks: {none}: {unreadable}"),
         "a head-to-head cubin without its compile record": (h2h + ["--cubins", cubin, *out],

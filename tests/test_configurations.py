@@ -41,7 +41,8 @@ def archive(tmp_path_factory, monkeypatch_module):
     paths["profiles"] = [p for p in paths["profiles"] if ".causal" not in p.name]  # profiled in the first alone
     entries = [run_of(k, DENSE) for k in kernels + records.PEERS] + causal
     expected = Expected(**{**records.EXPECTED.__dict__,
-                           "peers": [e["name"] for e in entries if e["kind"] == "peer"]})
+                           "peers": [e["name"] for e in entries if e["kind"] == "peer"],
+                           "causal": [*(e["name"] for e in entries if e["causal"]), CAUSAL["name"]]})
     settings = {**records.SETTINGS, "configurations": [DENSE, CAUSAL]}
     summary, resources, profile, meta = tidy_tables(entries, paths["checks"], paths["benches"], paths["compiled"],
                                                     "sm_90", records.CASE, paths["sweeps"], paths["profiles"],
@@ -128,3 +129,42 @@ def test_hopper_md_has_a_part_per_configuration_and_one_table_of_their_goals(arc
     goals = causal.split("# The goals in every configuration")[1]
     assert "| dense (no mask, D=128, fp16) | v15 |" in goals and "| causal (the causal mask, D=128, fp16) | v15 |" in goals
     assert ".causal" not in chapter and "unfused" in chapter
+
+
+def test_a_causal_runs_efficiency_per_cycle_counts_half_the_flops(archive):
+    cycles = pd.read_csv(archive / "cycles.csv").set_index(["kernel", "S"])
+    dense, causal = cycles.loc[("v15", 1024)], cycles.loc[("v15.causal", 1024)]
+    assert dense.cycles == causal.cycles  # the records' counts: the same for both
+    assert causal.efficiency_per_cycle == pytest.approx(dense.efficiency_per_cycle / 2)
+
+
+@pytest.mark.parametrize("table, kernel, config", [("summary.csv", "v15", "causal"),
+                                                   ("resources.csv", "v15.causal", "dense"),
+                                                   ("cycles.csv", "sdpa_auto.causal", "dense")])
+def test_a_row_moved_to_another_configuration_is_refused(archive, tmp_path, table, kernel, config):
+    import shutil
+
+    copy = shutil.copytree(archive, tmp_path / "nvidia-h200")
+    rows = pd.read_csv(copy / table)
+    rows.loc[rows.kernel == kernel, "config"] = config
+    rows.to_csv(copy / table, index=False)
+    with pytest.raises(BadRecord, match=rf"config '{config}', but kernels.json says {kernel} runs in '"):
+        summary, _, _, meta = archive_tables.read_tables(copy)
+        archive_tables.read_paired(copy, meta, summary)
+
+
+def test_a_record_whose_mask_is_not_its_runs_is_refused(tmp_path):
+    """A causal run's timing, or a causal point, that says it ran without the mask (so its FLOPs count
+    whole) is refused as it is read."""
+    from flashbench.validation import read_record
+
+    expected = Expected(**{**records.EXPECTED.__dict__, "causal": ["v15.causal", "causal"]})
+    bench = {"kernel": "v15.causal", "timed": True, "reason": None, "cubin_sha256": "a" * 64,
+             "timing": records.timing(380.0), "provenance": records.provenance("v15.causal")}
+    write_json(tmp_path / "v15.causal.json", bench)
+    with pytest.raises(BadRecord, match="key 'timing.causal': False, but v15.causal runs under the causal mask"):
+        read_record(tmp_path / "v15.causal.json", "bench", expected)
+    point = {**records.head_to_head_record(records.CASE, {"v15.causal": 380.0}, 0), "configuration": "causal"}
+    write_json(tmp_path / "S1024.causal.json", point)
+    with pytest.raises(BadRecord, match="key 'causal': False, but causal runs under the causal mask"):
+        read_record(tmp_path / "S1024.causal.json", "head_to_head", expected)

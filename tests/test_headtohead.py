@@ -240,6 +240,17 @@ def test_a_contestant_without_a_kernel_at_a_point_is_left_out_saying_why():
         headtohead.measure(peers[1:], Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
 
 
+def test_causal_and_dense_contestants_are_never_paired():
+    """A point's contestants compute the same thing: a causal one beside a dense one would pair half
+    the work with the whole."""
+    causal = SwitchedPeer("v25.causal")
+    causal.causal = True
+    settings = {"rounds": 2, "min_timing_ms": 5, "lead_in_ms": 5, "warmup": 1, "energy_rounds": 1, "energy_window_s": 0.01}
+    with pytest.raises(FlashbenchError, match="pits causal against non-causal contestants"):
+        headtohead.measure([SwitchedPeer("v22"), causal], Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None,
+                           progress=lambda m: None)
+
+
 class _LoggedEvent:
     def record(self):
         self.at = len(LoggedPeer.log)

@@ -32,7 +32,7 @@ def test_without_torch_a_peer_is_skipped_and_never_timed(tmp_path, settings, set
     assert {k: json.loads(causal.read_text())[k] for k in ("kernel", "configuration", "passed")} == {
         "kernel": f"{name}.causal", "configuration": "causal", "passed": False}
     assert main(["bench", "--settings", settings_file, "--peer", name, "--check", str(check), "--out", str(bench)]) == 0
-    assert json.loads(bench.read_text()) == {"kernel": settings.peers[0].name, "timed": False,
+    assert json.loads(bench.read_text()) == {"kernel": settings.peers[0].name, "configuration": "dense", "timed": False,
                                              "reason": "skipped: torch is not installed", "inputs_sha256": {}}
 
 

@@ -269,9 +269,14 @@ def shown_in_the_report(browser, path: str) -> dict:
     return browser.evaluate(PAGE, context)
 
 
+def tables_headed(page: dict, *columns: str) -> list[dict]:
+    """The tables of `page` whose header starts with `columns`, in the page's order."""
+    return [t for t in page["tables"] if t["header"][:len(columns)] == list(columns)]
+
+
 def table_headed(page: dict, *columns: str) -> dict:
     """The one table of `page` whose header starts with `columns`."""
-    found = [t for t in page["tables"] if t["header"][:len(columns)] == list(columns)]
+    found = tables_headed(page, *columns)
     assert len(found) == 1, (columns, [t["header"] for t in page["tables"]])
     return found[0]
 
@@ -292,7 +297,9 @@ def test_a_browser_shows_every_report_table_and_figure_in_the_page(html_report):
 
             report = shown_in_the_report(browser, f"build/pages/{slug}/report.html")
             assert report["title"] == f"reports/{slug}/report.md"
-            chapter = [k["name"] for k in meta["kernels"] if k["kind"] == "peer" or k.get("line", "g3") == "g3"]
+            first = (meta.get("configurations") or [{"name": None}])[0]["name"]  # the chapter's configuration
+            chapter = [k["name"] for k in meta["kernels"] if k.get("config") == first
+                       and (k["kind"] == "peer" or k.get("line", "g3") == "g3")]
             table = table_headed(report, "kernel", "change", "TFLOPS (100-step)")
             assert [row[0].split()[0] for row in table["rows"]] == chapter  # "br128 (ablation of v13)"
             assert [row[2].split()[0] for row in table["rows"]] == [tflops[name] for name in chapter]
@@ -300,17 +307,25 @@ def test_a_browser_shows_every_report_table_and_figure_in_the_page(html_report):
                                                               "Warp stall reasons per kernel"]
 
             hopper = shown_in_the_report(browser, f"build/pages/{slug}/hopper.html")
-            line = [k["name"] for k in meta["kernels"] if k.get("line") == "hopper"]
-            assert [row[0] for row in table_headed(hopper, "version", "change")["rows"]] == line
+            # a part per configuration, each naming its runs by their kernel or peer (v25.causal as v25)
+            configurations = [c["name"] for c in meta.get("configurations") or [{"name": None}]]
+            steps = tables_headed(hopper, "version", "change")
+            assert len(steps) == len(configurations)
+            for c, table in zip(configurations, steps):
+                line = [k.get("of", k["name"]) for k in meta["kernels"] if k.get("line") == "hopper" and k.get("config") == c]
+                assert [row[0] for row in table["rows"]] == line
             if (ROOT / "results" / slug / "head_to_head.csv").exists():  # the goal, judged head to head
-                goal = table_headed(hopper, "where", "rival")
+                goals, marks = tables_headed(hopper, "where", "rival"), tables_headed(hopper, "at", "rival")
                 points = pd.read_csv(ROOT / "results" / slug / "head_to_head.csv")
-                best = points[points.version == meta["headline"][0]]
-                rivals = [r for r in dict.fromkeys(best.rival) if r not in meta["headline"]]
-                assert len(goal["rows"]) == len(best[best.rival.isin(rivals)]) // 2  # a row per point and rival
-                assert all(re.fullmatch(r"\*?\*?\d+\.\d{2}\*?\*?", row[2]) for row in goal["rows"]), goal["rows"]
-                marks = table_headed(hopper, "at", "rival")["rows"]  # the next goal: every mark judged
-                assert marks and all(row[-1] in ("yes", "no") for row in marks)
+                assert len(goals) == len(marks) == len(configurations)
+                for c, goal, mark in zip(configurations, goals, marks):
+                    mine = points[points.config == c] if c else points
+                    headline = list(dict.fromkeys(mine.version))  # the configuration's headline runs, best first
+                    best = mine[mine.version == headline[0]]
+                    rivals = [r for r in dict.fromkeys(best.rival) if r not in headline]
+                    assert len(goal["rows"]) == len(best[best.rival.isin(rivals)]) // 2  # a row per point and rival
+                    assert all(re.fullmatch(r"\*?\*?\d+\.\d{2}\*?\*?", row[2]) for row in goal["rows"]), goal["rows"]
+                    assert mark["rows"] and all(row[-1] in ("yes", "no") for row in mark["rows"])  # every mark judged
             else:
                 assert "No head-to-head in this run" in hopper["text"]
             assert len(hopper["images"]) == 2
@@ -331,8 +346,10 @@ def test_a_browser_shows_every_report_table_and_figure_in_the_page(html_report):
 
         browser.open(report_html.as_uri())
         comparison = shown_in_the_report(browser, "build/pages/README.html")
-        rows = table_headed(comparison, "kernel")["rows"]
-        assert len(rows) >= len(meta["kernels"]) and len(comparison["images"]) == 1
+        rows = table_headed(comparison, "kernel")["rows"]  # the first configuration's runs: the case's
+        first = (meta.get("configurations") or [{"name": None}])[0]["name"]
+        assert len(rows) >= len([k for k in meta["kernels"] if k.get("config") == first])
+        assert len(comparison["images"]) == 1
         assert comparison["images"][0]["loaded"] and comparison["images"][0]["width"] > 100
 
 

@@ -132,7 +132,7 @@ FIRST_CAUSAL = "v25 against sdpa_cudnn by step at the case"  # line 86: the caus
     (lambda p: set_cells(p, 2, rounds=19), f"line 2 ({FIRST}): rounds 19, but the head-to-head ran 20"),
     (lambda p: set_cells(p, 2, rival_tflops=-282.7), f"line 2 ({FIRST}): rival_tflops -282.7 is not a positive finite"),
     # a configuration's rows are checked as a run of that configuration, named by its kernels and peers
-    (lambda p: set_cells(p, 86, rival="fa3"), (f"in the configuration causal, line 86 (v25 against fa3 by step at the "
+    (lambda p: set_cells(p, 86, rival="fa3"), ("in the configuration causal, line 86 (v25 against fa3 by step at the "
                                               "case): fa3 is not one of v25's rivals in kernels.json (sdpa_cudnn, "
                                               "sdpa_auto, flash_attn_cute)")),
     (lambda p: drop(p, 87), ("in the configuration causal, line 87: no row for v25 against sdpa_cudnn by graph at the "

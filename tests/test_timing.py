@@ -58,6 +58,15 @@ class Kernel:
         return replay
 
 
+def test_a_causal_kernels_timing_counts_half_the_flops():
+    dense, causal = Kernel(FakeCuda()), Kernel(FakeCuda())
+    causal.causal = True
+    d, c = (timing.bench(k, CASE, steps=10, repeats=3, warmup=1, seed=1, graph_replays=2) for k in (dense, causal))
+    assert not d["causal"] and c["causal"] and c["ms_per_step"] == d["ms_per_step"]
+    for figure in ("tflops", "tflops_median", "tflops_graph"):
+        assert c[figure] == pytest.approx(d[figure] / 2)
+
+
 def test_bench_places_its_events_around_exactly_the_timed_calls():
     cuda = FakeCuda()
     r = timing.bench(Kernel(cuda), CASE, steps=100, repeats=7, warmup=5, seed=1, graph_replays=3)

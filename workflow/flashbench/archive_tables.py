@@ -20,7 +20,7 @@ from .config import Shape
 from .occupancy import LIMITS, blocks_per_sm
 from .profile import METRICS, STALLS, TOP_LINES
 from .summary import PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS
-from .validation import AGREEMENT, BadRecord, read_record, read_table, summary_problem
+from .validation import AGREEMENT, BadRecord, config_disagrees, read_record, read_table, summary_problem
 
 
 def _read(path: Path, columns: list[str], meta: dict) -> pd.DataFrame:
@@ -58,9 +58,11 @@ def read_tables(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd
     archives.require_tables(results_dir)
     summary, meta = read_summary(results_dir)
     resources = _read(results_dir / "resources.csv", RESOURCE_COLUMNS, meta)
-    _refuse(results_dir / "resources.csv", resources_problem(resources, meta))
+    _refuse(results_dir / "resources.csv", configs_problem(resources, meta, ("kernel",))
+            or resources_problem(resources, meta))
     profile = _read(results_dir / "profile.csv", PROFILE_COLUMNS, meta)
-    _refuse(results_dir / "profile.csv", profile_problem(profile, meta, resources))
+    _refuse(results_dir / "profile.csv", configs_problem(profile, meta, ("kernel",))
+            or profile_problem(profile, meta, resources))
     return summary, resources, profile, meta
 
 
@@ -78,12 +80,24 @@ def read_paired(results_dir: Path | str, meta: dict, summary: pd.DataFrame) -> d
                                    ("cycles", CYCLES_COLUMNS, cycles_problem)):
         tables[name] = _read(results_dir / f"{name}.csv", columns, meta) if meta.get(name) else None
         if tables[name] is not None:
+            _refuse(results_dir / f"{name}.csv", configs_problem(tables[name], meta, ("kernel", "version", "rival")))
             for i, configuration in enumerate(configurations(meta)):  # each one's rows, as a run of its own
                 v_summary, v_meta, v_tables = view(summary, meta, {name: tables[name]}, configuration)
                 said = problem(v_tables[name], v_meta, v_summary)
                 _refuse(results_dir / f"{name}.csv", f"in the configuration {configuration['name']}, {said}"
                         if said and i > 0 else said)
     return tables
+
+
+def configs_problem(table: pd.DataFrame, meta: dict, name_columns: tuple[str, ...]) -> str | None:
+    """The first row whose `config` is not the configuration kernels.json says its runs (the cells of
+    `name_columns` it has) ran in, or None."""
+    columns = [c for c in name_columns if c in table.columns]
+    for line, row in _rows(table):
+        for column in columns:
+            if problem := config_disagrees(row, row[column], meta):
+                return f"line {line} ({row[column]}): {problem}"
+    return None
 
 
 def configurations(meta: dict) -> list[dict | None]:

@@ -192,7 +192,8 @@ def _refused(check: dict, a, done: str = "timed") -> bool:
     if check["passed"]:
         return False
     reason = check["reason"] if check.get("skipped") else f"failed its check: {check['reason']}"
-    _write_record(a, {"kernel": check["kernel"], done: False, "reason": reason})
+    _write_record(a, {"kernel": check["kernel"], "configuration": a.settings.run(check["kernel"]).configuration.name,
+                       done: False, "reason": reason})
     print(f"{check['kernel']}: not {done}, {reason}")
     return True
 
@@ -306,6 +307,9 @@ def cmd_head_to_head(a) -> None:
     settings = a.settings
     _asked_for(settings.head_to_head, "head-to-head", "keys 'headline' and 'head_to_head'")
     shape = settings.head_to_head_shape(a.S)
+    if a.configuration and a.configuration not in [c.name for c in settings.configurations]:
+        raise FlashbenchError(f"--configuration {a.configuration!r}: not a configuration of the settings "
+                              f"({', '.join(c.name for c in settings.configurations)})")
     configuration = settings.configuration(a.configuration) if a.configuration else settings.configurations[0]
     contestants = settings.contestants(configuration)
     if not settings.headline_in(configuration):
@@ -380,7 +384,8 @@ def cmd_cycles(a) -> None:
             kernels, ncu_version = count(a.ncu, target, settings.cycle_shapes(check["kernel"]), launches,
                                          progress=_progress)
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
-            _write_record(a, {"kernel": check["kernel"], "counted": False, "reason": str(e)})
+            _write_record(a, {"kernel": check["kernel"], "configuration": settings.run(check["kernel"]).configuration.name,
+                               "counted": False, "reason": str(e)})
             print(f"{check['kernel']}: not counted, {e}")
             return
         ran = read_json(identity_file)
@@ -429,8 +434,7 @@ def cmd_summarize(a) -> None:
     if settings.head_to_head:  # asked for in config: written, if only with its header
         def contestants_of(name):  # a point's configuration: its headline runs, and its rivals' runs
             configuration = settings.configuration(name) if name else settings.configurations[0]
-            headline = settings.headline_in(configuration)
-            return headline, settings.contestants(configuration)[len(headline):]
+            return settings.headline_in(configuration), settings.rivals_in(configuration)
 
         tables["head_to_head"] = headtohead.table(points, run, contestants_of)
     if settings.cycles:

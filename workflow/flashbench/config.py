@@ -288,19 +288,25 @@ class Settings:
         return [self.run_of(name, configuration).name for name in self.headline
                 if configuration.name in self.kernel(name).configurations]
 
+    def rivals_in(self, configuration: Configuration) -> list[str]:
+        """The runs of the head-to-head's rivals in `configuration`: none where no headline version runs
+        there (it has no head-to-head)."""
+        if not self.head_to_head or not self.headline_in(configuration):
+            return []
+        return [self.run_of(name, configuration).name for name in self.head_to_head["rivals"]
+                if self.peer(name).runs_in(configuration)]
+
     def contestants(self, configuration: Configuration) -> list[str]:
         """The head-to-head's contestants in `configuration`, by their runs' names: the headline versions
         that run there, then the rivals."""
-        rivals = self.head_to_head["rivals"] if self.head_to_head else []
-        return self.headline_in(configuration) + [self.run_of(name, configuration).name for name in rivals
-                                                  if self.peer(name).runs_in(configuration)]
+        return self.headline_in(configuration) + self.rivals_in(configuration)
 
     def head_to_head_points(self) -> dict[str, tuple[Shape, Configuration]]:
         """The head-to-head's points by name: each of headline_shapes in each configuration the headline
         runs in, S1024 in the first configuration and S1024.causal in another (a run's naming)."""
         points = {}
         for configuration in self.configurations:
-            if self.head_to_head and self.headline_in(configuration):
+            if self.rivals_in(configuration):
                 for shape in self.headline_shapes():
                     points[self.run_of(f"S{shape.S}", configuration).name] = (shape, configuration)
         return points

@@ -42,6 +42,7 @@ class Expected:
     bench: dict  # steps, repeats, warmup, graph_replays
     sweep: dict | None  # S and the same counts, or None where no sweep is run
     peers: list[str] = field(default_factory=list)  # the peers' runs' names (their identity is their library's)
+    causal: list[str] = field(default_factory=list)  # the runs, and the configurations, under the causal mask
 
     @classmethod
     def from_settings(cls, settings) -> Expected:
@@ -50,7 +51,9 @@ class Expected:
                    inputs=list(settings.check_inputs),
                    gate={"factor": settings.check_factor, "tolerance": settings.tolerance},
                    bench=dict(settings.bench), sweep=dict(settings.sweep) if settings.sweep else None,
-                   peers=[run.name for run in settings.peer_runs()])
+                   peers=[run.name for run in settings.peer_runs()],
+                   causal=[*(run.name for run in settings.runs() if run.configuration.causal),
+                           *(c.name for c in settings.configurations if c.causal)])
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -137,8 +140,19 @@ def _check_as_configured(r: dict, expected: Expected) -> Problem:
     return None
 
 
+def _masked_as_configured(causal: bool, name: str, expected: Expected) -> Problem:
+    """A timing's mask (its FLOPs) must be its run's, or its configuration's: one under the causal mask
+    counts half a dense call's FLOPs."""
+    if causal != (name in expected.causal):
+        return "causal", f"{causal}, but {name} runs {'under' if name in expected.causal else 'without'} the causal mask"
+    return None
+
+
 def _bench_as_configured(r: dict, expected: Expected) -> Problem:
-    return _at("timing", _timed_as(r["timing"], expected.case, expected.bench, "the case")) if r["timed"] else None
+    if not r["timed"]:
+        return None
+    return (_at("timing", _masked_as_configured(r["timing"].get("causal", False), r["kernel"], expected))
+            or _at("timing", _timed_as(r["timing"], expected.case, expected.bench, "the case")))
 
 
 def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
@@ -154,7 +168,8 @@ def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
         if _dims(p) != dims:
             return f"points[{i}]", f"at {_shape_text(p)}, but the sweep runs at {_shape_text(dims)}"
         counts = {**expected.sweep, "steps": sweep_steps(expected.sweep["steps"], expected.case["S"], p["S"])}
-        if p["timed"] and (problem := _timed_as(p, dims, counts, "the configured sweep")):
+        if p["timed"] and (problem := _masked_as_configured(p.get("causal", False), r["kernel"], expected)
+                           or _timed_as(p, dims, counts, "the configured sweep")):
             return _at(f"points[{i}]", problem)
     return None
 
@@ -183,6 +198,8 @@ def _head_to_head_consistent(r: dict, expected) -> Problem:
 def _head_to_head_as_configured(r: dict, expected: Expected) -> Problem:
     if r["is_case"] != (_dims(r) == expected.case):
         return "is_case", f"{r['is_case']}, but {_shape_text(r)} is{'' if _dims(r) == expected.case else ' not'} the case"
+    if "configuration" in r:  # a point made before configurations ran without the mask
+        return _masked_as_configured(r.get("causal", False), r["configuration"], expected)
     return None
 
 
@@ -320,6 +337,17 @@ def _positive_finite(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
+def config_disagrees(row: dict, name: str, meta: dict) -> str | None:
+    """A table row's `config` must be the configuration kernels.json says the run `name` ran in (an
+    archive summarized before configurations has no such column, and runs named no configuration)."""
+    said = row.get("config")
+    said = None if said != said else said  # an empty cell: NaN
+    entry = next((k for k in meta["kernels"] if k["name"] == name), None)
+    if entry is not None and "configurations" in meta and said != entry.get("config"):
+        return f"config {said!r}, but kernels.json says {name} runs in {entry.get('config')!r}"
+    return None
+
+
 def causal_of(meta: dict, name: str) -> bool:
     """Whether the run `name` of kernels.json (`meta`) ran under the causal mask (an archive summarized
     before configurations ran none)."""
@@ -338,6 +366,8 @@ def summary_problem(summary, meta: dict) -> str | None:
         where = f"line {i + 2} ({row['kernel']}, {row['series']} S={row['S']})"
         if row["kernel"] not in names:
             return f"{where}: {row['kernel']} is not among the kernels of kernels.json"
+        if problem := config_disagrees(row, row["kernel"], meta):
+            return f"{where}: {problem}"
         timed = {f: row[f] for f in TIMED_FIGURES if f in row and row[f] == row[f]}
         for figure, value in timed.items():
             if not _positive_finite(value):

@@ -11,7 +11,8 @@ if GPU_MODE:
         """Every record of the run, by file time, and every build and the code, by content against
         kernels.json (see by_content). A record goes by its time: one a job rewrites (rerun, or asked
         for again with -R) makes the tables again, where Snakemake would pass over an input marked
-        ancient however the job that writes it runs."""
+        ancient however the job that writes it runs. On a fresh clone, whose checkout may leave a record
+        newer than kernels.json, it may run once more: two seconds, and the same tables."""
         return {
             "checks": run_records("check"),
             "benches": run_records("bench"),
