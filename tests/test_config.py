@@ -192,7 +192,7 @@ def test_a_run_outside_the_configurations_is_refused_naming_the_key(name, messag
 
 def test_without_configurations_every_kernel_runs_in_the_dense_one():
     bare = {k: v for k, v in copy.deepcopy(CONFIG).items() if k != "configurations"}
-    for spec in bare["kernels"].values():
+    for spec in [*bare["kernels"].values(), *bare["peers"].values(), bare["goal"]["next"]]:
         spec.pop("configurations", None)
     settings = validate(bare, root=ROOT)
     assert [c.name for c in settings.configurations] == ["dense"] and not settings.configurations[0].causal
@@ -206,6 +206,10 @@ def test_without_configurations_every_kernel_runs_in_the_dense_one():
      "config key 'kernels.v25.configurations': every kernel runs in the first configuration, 'dense'"),
     (lambda c: c["peers"]["unfused"].update(configurations=["dense", "sliding"]),
      "config key 'peers.unfused.configurations[1]': unknown configuration 'sliding'"),
+    (lambda c: c["goal"]["next"]["configurations"].update(sliding={"long_s": 4096}),
+     "config key 'goal.next.configurations.sliding': unknown configuration 'sliding'"),
+    (lambda c: c["goal"]["next"]["configurations"]["causal"].update(efficiency_long=None),
+     "goal.next.configurations.causal.efficiency_long"),
     (lambda c: c["peers"]["unfused"].update(configurations=["causal"]),
      "config key 'peers.unfused.configurations': every peer runs in the first configuration, 'dense'"),
     (lambda c: c["configurations"]["causal"].update(mask="sliding"), "configurations.causal.mask"),

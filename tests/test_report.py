@@ -466,3 +466,17 @@ def test_the_next_goal_needs_both_ratios_at_each_rivals_factor_and_the_efficienc
     goal = hopper_report.next_goal(goal_verdicts, cycles[cycles.S != 8192], meta, GOAL)
     assert goal["missing"] == ["flash_attn_cute (not in this run's head-to-head)", "sdpa_cudnn's cycles at case",
                                "the best version's cycles at S >= 8192"] and not goal["complete"]
+
+
+def test_a_configuration_may_ask_the_next_goal_for_other_efficiencies():
+    """goal.next.configurations: under the mask config asks nothing at the case and 85% from S=16384;
+    a configuration it does not name is judged against goal.next itself."""
+    from dataclasses import replace
+
+    asked = replace(GOAL, next=replace(GOAL.next, configurations={"causal": {"efficiency_case": None, "long_s": 16384}}))
+    goal_verdicts, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.50)  # 50% everywhere: short of every floor
+    dense = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("dense"))
+    assert dense["misses"] == ["50.0% per cycle at case", "50.0% per cycle at S=8192"]
+    causal = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("causal"))
+    assert causal["efficiency"] == [] and causal["missing"] == ["the best version's cycles at S >= 16384"]
+    assert not causal["complete"] and "the best version's cycles at the case" not in causal["missing"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -104,9 +104,10 @@ class NextGoal:
     """The Hopper report's next goal, past FlashAttention-3 (config key 'goal.next')."""
     factors: dict[str, float]  # per rival's backend: the graph interval's low end and the cycle ratio both reach it
     min_s: int  # at the case and at every S from here
-    efficiency_case: float  # the best version's efficiency per cycle at the case
+    efficiency_case: float | None  # the best version's efficiency per cycle at the case (None: not asked)
     long_s: int
     efficiency_long: float  # and at every S from long_s
+    configurations: dict = field(default_factory=dict)  # a configuration's name -> what it asks instead
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,11 @@ class Goal:
     min_s: int  # at the case and at every S from here
     stretch: float  # the graph interval's low end against them, everywhere
     next: NextGoal
+
+    def in_configuration(self, name: str | None) -> Goal:
+        """The goal a configuration's part of the report is judged against: the next goal with what
+        config's `goal.next.configurations` asks there instead."""
+        return replace(self, next=replace(self.next, **self.next.configurations.get(name, {}), configurations={}))
 
 
 def sweep_steps(steps_at_case: int, case_s: int, S: int) -> int:
@@ -420,6 +426,11 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
         for i, name in enumerate(head_to_head["rivals"]):
             if name not in {p.name for p in peers}:
                 raise ConfigError(f"config key 'head_to_head.rivals[{i}]': {name!r} is not one of the peers")
+
+    for name in config["goal"]["next"].get("configurations", {}):
+        if name not in known_configurations:
+            raise ConfigError(f"config key 'goal.next.configurations.{name}': unknown configuration {name!r} "
+                              f"(defined under configurations: {', '.join(known_configurations)})")
 
     ncu = config.get("ncu")
     if isinstance(ncu, str) and ncu.lower() in ("false", "true", "null", "none"):

@@ -108,8 +108,9 @@ def goal_verdicts(table: pd.DataFrame | None, meta: dict, goal: Goal, cycles: pd
 def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, goal: Goal) -> dict | None:
     """The next goal (goal.next): for each of its rivals at the case and at each S from its min_s, the
     best version's interval's lower end by graph and the rival's cycles over its, against the factor;
-    the best version's efficiency per cycle at the case and from its long_s up. Judged where every
-    such point and count is there; None without a head-to-head and cycle counts."""
+    the best version's efficiency per cycle at the case (where asked: efficiency_case not None) and
+    from its long_s up. Judged where every such point and count is there; None without a head-to-head
+    and cycle counts."""
     if not verdicts or cycles is None or cycles.empty:
         return None
     factor = {k["name"]: goal.next.factors[k["backend"]] for k in meta["kernels"]
@@ -122,12 +123,13 @@ def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, go
     mine = cycles[cycles.kernel == verdicts["best"]]
     efficiency = [{"where": _where(r.is_case, r.S), "efficiency": float(r.efficiency_per_cycle),
                    "floor": goal.next.efficiency_case if r.is_case else goal.next.efficiency_long}
-                  for r in mine.itertuples() if r.is_case or r.S >= goal.next.long_s]
+                  for r in mine.itertuples() if (r.is_case and goal.next.efficiency_case is not None)
+                  or (not r.is_case and r.S >= goal.next.long_s)]
     for e in efficiency:
         e["met"] = e["efficiency"] >= e["floor"]
     wheres = list(dict.fromkeys(p["where"] for p in verdicts["points"]
                                 if p["is_case"] or p["S"] >= goal.next.min_s))
-    missing = _next_goal_missing(wheres, factor, ratios, efficiency, goal.next.long_s)
+    missing = _next_goal_missing(wheres, factor, ratios, efficiency, goal.next)
     complete = not missing
     misses = [f"{r['rival']} at {r['where']}" for r in ratios if not r["met"]]
     misses += [f"{100 * e['efficiency']:.1f}% per cycle at {e['where']}" for e in efficiency if not e["met"]]
@@ -135,7 +137,7 @@ def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, go
             "reached": complete and not misses, "misses": misses, "missing": missing, "factors": factor}
 
 
-def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], efficiency: list[dict], long_s: int
+def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], efficiency: list[dict], asked
                        ) -> list[str]:
     """What the next goal needs and the run lacks, in words: a rival with no head-to-head point at all
     (not installed, say), or the points, cycle counts and efficiencies that are missing."""
@@ -148,10 +150,10 @@ def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], effi
         else:
             missing += [f"{rival} at {w}" for w in absent]
     missing += [f"{r['rival']}'s cycles at {r['where']}" for r in ratios if r["cycles"] is None]
-    if not any(e["where"] == "case" for e in efficiency):
+    if asked.efficiency_case is not None and not any(e["where"] == "case" for e in efficiency):
         missing.append("the best version's cycles at the case")
     if all(e["where"] == "case" for e in efficiency):
-        missing.append(f"the best version's cycles at S >= {long_s}")
+        missing.append(f"the best version's cycles at S >= {asked.long_s}")
     return missing
 
 
@@ -246,13 +248,14 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
     parts, goals = [], []
     first_runs = [k["name"] for k in views[0][1]["kernels"] if k.get("line") == LINE or k["kind"] == "peer"]
     for i, (summary, meta, tables) in enumerate(views):
-        ctx = context(summary, tables["resources"], tables["profile"], meta, goal,
+        configuration = meta.get("configuration")
+        ctx = context(summary, tables["resources"], tables["profile"], meta,
+                      goal.in_configuration(configuration["name"] if configuration else None),
                       head_to_head=tables["head_to_head"], cycles=tables["cycles"])
         if i == 0:
             _figures(ctx, summary, meta, gpu_name, report_dir)
         checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
         measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
-        configuration = meta.get("configuration")
         goals.append({"configuration": configuration, "verdicts": ctx["goal_verdicts"], "next_goal": ctx["next_goal"]})
         here = {k["name"] for k in meta["kernels"]}
         absent = [name for name in first_runs if name not in here]  # the line's and the peers' that do not run here
