@@ -219,3 +219,15 @@ def test_a_bad_configuration_is_refused_naming_the_key(edit, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         validate(edited(edit), root=ROOT)
 
+
+
+def test_the_kernels_alone_are_checked_on_far_max():
+    """check.kernel_inputs: kinds the kernels' shapes run on besides check.inputs, the peers' not (far_max,
+    where plain fp16 code itself lands above the tolerance); the peers' checks read the same settings
+    as before."""
+    settings = validate(CONFIG, root=ROOT)
+    assert settings.check_kernel_inputs == ["far_max"] and "far_max" not in settings.check_inputs
+    assert settings.check_kinds("v25.causal") == [*settings.check_inputs, "far_max"]
+    assert settings.check_kinds("sdpa_cudnn.causal") == settings.check_inputs
+    assert settings.used_by("check", "v11")["inputs"][-1] == "far_max"
+    assert settings.used_by("check", "unfused")["inputs"] == settings.check_inputs

@@ -18,8 +18,18 @@ ARCHIVED = sorted(p.parent for p in (ROOT / "results").glob("*/summary.csv"))
 RUN_KINDS = ("check", "bench", "sweep", "profile")
 
 
+def run_settings(results_dir, settings):
+    """The settings an archive's run read, as its kernels.json embeds them (today's where it does not):
+    its records are held to what that run was asked to do."""
+    from flashbench.config import validate
+
+    meta = validation.read_record(results_dir / "kernels.json", "kernels")
+    return validate(meta["settings"], check_sources=False) if "settings" in meta else settings
+
+
 @pytest.mark.parametrize("results_dir", ARCHIVED, ids=lambda p: p.name)
 def test_every_archived_record_passes_as_it_is(results_dir, settings):
+    settings = run_settings(results_dir, settings)
     expected = validation.Expected.from_settings(settings)
     read = {kind: [validation.read_record(p, kind, expected) for p in sorted((results_dir / kind).glob("*.json"))]
             for kind in RUN_KINDS}
@@ -45,6 +55,7 @@ def test_the_archived_tables_are_what_its_records_summarize_to(results_dir, sett
     archived, so each compile record is rebuilt from its row of resources.csv."""
     import pandas as pd
 
+    settings = run_settings(results_dir, settings)
     compiled = []
     for r in pd.read_csv(results_dir / "resources.csv").to_dict("records"):
         path = tmp_path / r["arch"] / f"{r['kernel']}.json"
@@ -357,3 +368,25 @@ def test_the_settings_kernels_json_embeds_read_back_as_settings_and_agree_with_i
         write_json(path, {**meta, "settings": settings})
         with pytest.raises(validation.BadRecord, match=message):
             validation.read_record(path, "kernels")
+
+
+def test_a_kernels_check_must_have_run_on_its_own_kinds_too(tmp_path):
+    """A kernel's check record names check.inputs and check.kernel_inputs, a peer's check.inputs alone;
+    one that left out far_max is refused."""
+    import dataclasses
+
+    expected = dataclasses.replace(records.EXPECTED, kernel_inputs=["far_max"])
+    shapes = [records.check_row(s, kind, True) for s in (records.CASE, records.EXTRA) for kind in records.INPUTS]
+    kernel = {"kernel": "v11", "gate": records.GATE, "inputs": records.INPUTS, "passed": True, "reason": None,
+              "shapes": shapes, "cubin_sha256": "a" * 64, "provenance": records.provenance("v11")}
+    write_json(tmp_path / "v11.json", kernel)
+    with pytest.raises(validation.BadRecord, match=r"key 'inputs': \['normal', 'late_max'\], but the configured kinds "
+                                                   r"of input are \['normal', 'late_max', 'far_max'\]"):
+        validation.read_record(tmp_path / "v11.json", "check", expected)
+    more = [records.check_row(s, "far_max", True) for s in (records.CASE, records.EXTRA)]
+    write_json(tmp_path / "v11.json", {**kernel, "inputs": [*records.INPUTS, "far_max"], "shapes": shapes + more})
+    validation.read_record(tmp_path / "v11.json", "check", expected)
+    peer = {**kernel, "kernel": "sdpa_auto", "torch": "2.11", "backend": "auto"}
+    del peer["cubin_sha256"]
+    write_json(tmp_path / "sdpa_auto.json", peer)
+    validation.read_record(tmp_path / "sdpa_auto.json", "check", expected)  # a peer: check.inputs alone

@@ -178,7 +178,7 @@ def cmd_check(a) -> None:
             kernel = _kernel(a)
         except PeerUnavailable as e:  # the library imports, but has no kernel for this GPU
             return skipped(e)
-        result = check_kernel(kernel, settings.check_shapes, gate, kinds=settings.check_inputs,
+        result = check_kernel(kernel, settings.check_shapes, gate, kinds=settings.check_kinds(run.name),
                               smallest=settings.check_smallest, progress=_progress, causal=run.configuration.causal,
                               ragged=settings.check_ragged)
         _write_record(a, {**result, "configuration": run.configuration.name, **kernel.identity,

@@ -157,6 +157,7 @@ class Settings:
     cycles: dict | None = None
     configurations: list[Configuration] = field(default_factory=lambda: [DENSE])  # the case's first
     check_ragged: Shape | None = None  # a shape of a ragged S, checked by whatever takes any S
+    check_kernel_inputs: list[str] = field(default_factory=list)  # kinds the kernels alone run on, besides
     mapping: dict = field(default_factory=dict, repr=False, compare=False)  # the validated config it was made of
 
     def used_by(self, stage: str, name: str | None = None):
@@ -173,7 +174,8 @@ class Settings:
         if stage == "compile":
             return {"nvcc_flags": self.nvcc_flags, "source": self.kernel(of).source, "defines": self.defines(name)}
         if stage == "check":
-            return {**peer, "shapes": [s.as_dict() for s in self.check_shapes], "inputs": self.check_inputs,
+            kinds = self.check_inputs if peer.get("peer") else self.check_inputs + self.check_kernel_inputs
+            return {**peer, "shapes": [s.as_dict() for s in self.check_shapes], "inputs": kinds,
                     "smallest": self.check_smallest, "factor": self.check_factor, "tolerance": self.tolerance,
                     **({"ragged": self.check_ragged.as_dict()} if self.check_ragged else {})}
         if stage == "bench":
@@ -251,6 +253,10 @@ class Settings:
     def peer_runs(self) -> list[Run]:
         """Each peer in each configuration it runs in (every one, unless it names them), in table order."""
         return [self.run_of(p.name, c) for p in self.peers for c in self.configurations if p.runs_in(c)]
+
+    def check_kinds(self, name: str) -> list[str]:
+        """The kinds of input the run `name` is checked on: a kernel's also check.kernel_inputs."""
+        return self.check_inputs + ([] if self.run(name).of in {p.name for p in self.peers} else self.check_kernel_inputs)
 
     def runs(self) -> list[Run]:
         """Every run, in table order: each configuration's kernels, then its peers."""
@@ -463,6 +469,7 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
         check_inputs=list(config["check"]["inputs"]),
         check_smallest=(config["check"]["smallest"]["B"], config["check"]["smallest"]["H"]),
         check_ragged=Shape(**config["check"]["ragged"]) if "ragged" in config["check"] else None,
+        check_kernel_inputs=[k for k in config["check"].get("kernel_inputs", []) if k not in config["check"]["inputs"]],
         check_factor=float(config["check"]["factor"]),
         tolerance=float(config["check"]["tolerance"]),
         bench=dict(config["bench"]),

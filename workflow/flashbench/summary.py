@@ -229,7 +229,8 @@ def tidy_tables(kernels: list[dict], check_paths: list, bench_paths: list, compi
         "gpu_arch": gpu_arch,
         "case": case,
         "gate": next(iter(checks.values()))["gate"],
-        "inputs": next((c["inputs"] for c in checks.values() if c.get("inputs")), []),
+        "inputs": expected.inputs,  # the kinds every kernel and peer is checked on
+        "kernel_inputs": expected.kernel_inputs,  # and those the kernels are checked on besides
         **(settings or {}),
         "kernels": [{**k, "choices": choices_of.get(k["name"]),
                      "check_passed": checks[k["name"]]["passed"], "check_reason": checks[k["name"]]["reason"],

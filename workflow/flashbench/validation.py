@@ -43,6 +43,7 @@ class Expected:
     sweep: dict | None  # S and the same counts, or None where no sweep is run
     peers: list[str] = field(default_factory=list)  # the peers' runs' names (their identity is their library's)
     causal: list[str] = field(default_factory=list)  # the runs, and the configurations, under the causal mask
+    kernel_inputs: list[str] = field(default_factory=list)  # the kinds the kernels (not the peers) run on besides
 
     @classmethod
     def from_settings(cls, settings) -> Expected:
@@ -53,7 +54,8 @@ class Expected:
                    bench=dict(settings.bench), sweep=dict(settings.sweep) if settings.sweep else None,
                    peers=[run.name for run in settings.peer_runs()],
                    causal=[*(run.name for run in settings.runs() if run.configuration.causal),
-                           *(c.name for c in settings.configurations if c.causal)])
+                           *(c.name for c in settings.configurations if c.causal)],
+                   kernel_inputs=list(settings.check_kernel_inputs))
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -127,11 +129,12 @@ def _check_as_configured(r: dict, expected: Expected) -> Problem:
         return "gate", f"{r['gate']}, but the configured gate is {expected.gate}"
     if not r["passed"]:  # skipped, or failed (perhaps stopped at a fault): never timed, whatever it holds
         return None
-    if r["inputs"] != expected.inputs:
-        return "inputs", f"{r['inputs']}, but the configured kinds of input are {expected.inputs}"
+    kinds = expected.inputs + ([] if r["kernel"] in expected.peers else expected.kernel_inputs)
+    if r["inputs"] != kinds:
+        return "inputs", f"{r['inputs']}, but the configured kinds of input are {kinds}"
     rows = {(*_dims(row).values(), row["inputs"]): row for row in r["shapes"]}
     for shape in expected.check_shapes:
-        for kind in expected.inputs:
+        for kind in kinds:
             row = rows.get((*shape.values(), kind))
             if row is None:
                 return "shapes", f"no row for the configured shape {_shape_text(shape)} on {kind} inputs"
@@ -385,8 +388,9 @@ def summary_problem(summary, meta: dict) -> str | None:
         kinds = set(checked[checked.kernel == name].inputs)
         if not kinds:
             return f"{name} has no check rows: cut short"
-        if k["check_passed"] and not set(meta["inputs"]) <= kinds:  # a failed check may have stopped short
-            return f"{name} has no check rows on {', '.join(sorted(set(meta['inputs']) - kinds))} inputs: cut short"
+        asked = set(meta["inputs"]) | (set() if k["kind"] == "peer" else set(meta.get("kernel_inputs", [])))
+        if k["check_passed"] and not asked <= kinds:  # a failed check may have stopped short
+            return f"{name} has no check rows on {', '.join(sorted(asked - kinds))} inputs: cut short"
         at_case = case[case.kernel == name].tflops
         if k["check_passed"] and len(at_case) != 1:
             return f"{name} has {len(at_case)} rows at the case on normal inputs, not one"
