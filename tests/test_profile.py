@@ -3,8 +3,8 @@ import pytest
 
 from flashbench import FlashbenchError
 from flashbench import config
-from flashbench.profile import (METRICS, STALL_METRIC, STALLS, line_map, metrics_of, parse_raw, parse_sass_samples,
-                                section_lines, softmax_lines, stall_lines)
+from flashbench.profile import (METRICS, STALL_METRIC, STALLS, chain_map, line_map, metrics_of, parse_raw,
+                                parse_sass_samples, section_lines, softmax_lines, stall_lines)
 
 from conftest import ROOT
 
@@ -66,6 +66,25 @@ DISASSEMBLY = '''.text.flash_attention_forward:
 def test_inlined_instructions_count_for_the_kernel_line_that_called_them():
     # code whose outermost frame is another file belongs to no kernel line
     assert line_map(DISASSEMBLY, ROOT / "kernels" / "v11.cu") == {0x0: 70, 0x10: 89, 0x20: 150}
+
+
+def test_an_instruction_inlined_twice_counts_for_every_line_on_its_chain():
+    """A softmax inlined into a batch that is inlined into the loop (V25's peel): the instruction's line
+    is the loop's call of the batch, its chain holds the batch's call of the softmax too, and the
+    softmax's share counts it."""
+    disassembly = (DISASSEMBLY + '\t//## File "/x/kernels/flash_common.cuh", line 108 inlined at "/x/kernels/v11.cu", line 291\n'
+                   '\t//## File "/x/kernels/v11.cu", line 291 inlined at "/x/kernels/v11.cu", line 427\n'
+                   '\t//## File "/x/kernels/v11.cu", line 427 inlined at "/x/kernels/v11.cu", line 439\n'
+                   '\t//## File "/x/kernels/v11.cu", line 439\n'
+                   '        /*0030*/                   MUFU.EX2 R24, R24 ;\n')
+    source = ROOT / "kernels" / "v11.cu"
+    assert line_map(disassembly, source)[0x30] == 439
+    chains = chain_map(disassembly, source)
+    assert chains[0x30] == {291, 427, 439} and chains[0x10] == {89} and chains[0x0] == {70}
+    text = "\n".join(["x;"] * 426 + ["  if (!softmax_against_m()) {"] + ["y;"] * 20)  # line 427 calls the softmax
+    samples = [(0x0, 10), (0x30, 30)]
+    assert stall_lines(samples, line_map(disassembly, source), text)["softmax_share"] == 0  # its line alone: 439
+    assert stall_lines(samples, line_map(disassembly, source), text, chains)["softmax_share"] == pytest.approx(0.75)
 
 
 @pytest.mark.parametrize("source", ["v11.cu", "v12.cu", "v13.cu"])

@@ -101,21 +101,41 @@ def parse_sass_samples(text: str) -> list[tuple[int, int]]:
     return [(int(r[0], 16) - base, int(number(r[column]) or 0)) for r in body]
 
 
-_ANNOTATION = re.compile(r'//## File "(?P<file>[^"]+)", line (?P<line>\d+)(?P<inlined> inlined at .*)?$')
+_ANNOTATION = re.compile(r'//## File "(?P<file>[^"]+)", line (?P<line>\d+)'
+                         r'(?P<inlined> inlined at "(?P<at_file>[^"]+)", line (?P<at_line>\d+))?$')
 _INSTRUCTION = re.compile(r"^\s*/\*(?P<offset>[0-9a-f]{4,})\*/\s+\S")
 
 
 def line_map(disassembly: str, source: Path) -> dict[int, int]:
     """`nvdisasm -gi`: instruction offset -> line of `source` it comes from (the outermost frame, so
     an inlined helper's instructions count for the kernel line that called it)."""
-    offsets, line = {}, None
+    return {offset: outermost for offset, (outermost, _) in _frames(disassembly, source).items()
+            if outermost is not None}
+
+
+def chain_map(disassembly: str, source: Path) -> dict[int, frozenset[int]]:
+    """`nvdisasm -gi`: instruction offset -> every line of `source` on its chain of inlined calls (a
+    softmax inlined into a batch inlined into the loop: the softmax's, the batch's and the loop's)."""
+    return {offset: chain for offset, (_, chain) in _frames(disassembly, source).items()}
+
+
+def _frames(disassembly: str, source: Path) -> dict[int, tuple[int | None, frozenset[int]]]:
+    """Each instruction's outermost line of `source` (None: code from elsewhere) and its chain's lines:
+    the annotations before an instruction, innermost first, name one frame each."""
+    frames, outermost, chain, after_instruction = {}, None, set(), True
     for text in disassembly.splitlines():
         if m := _ANNOTATION.search(text):
+            if after_instruction:  # a new instruction's frames
+                chain, after_instruction = set(), False
+            for file, line in ((m["file"], m["line"]), (m["at_file"], m["at_line"])):
+                if file and Path(file).name == source.name:
+                    chain.add(int(line))
             if not m["inlined"]:  # the outermost frame: a line of `source`, or code from elsewhere
-                line = int(m["line"]) if Path(m["file"]).name == source.name else None
-        elif (m := _INSTRUCTION.match(text)) and line is not None:
-            offsets[int(m["offset"], 16)] = line
-    return offsets
+                outermost = int(m["line"]) if Path(m["file"]).name == source.name else None
+        elif m := _INSTRUCTION.match(text):
+            frames[int(m["offset"], 16)] = (outermost, frozenset(chain))
+            after_instruction = True
+    return frames
 
 
 def section_lines(source_text: str, marker: str = SOFTMAX_MARKER) -> set[int]:
@@ -141,20 +161,25 @@ def softmax_lines(source_text: str) -> set[int]:
     return {i + 1 for i, text in enumerate(source_text.splitlines()) if _SOFTMAX_CALL.search(text.split("//")[0])}
 
 
-def stall_lines(samples: list[tuple[int, int]], offsets: dict[int, int], source_text: str) -> dict:
+def stall_lines(samples: list[tuple[int, int]], offsets: dict[int, int], source_text: str,
+                chains: dict[int, frozenset[int]] | None = None) -> dict:
     """Stall samples per source line: the top lines, and the softmax's share of all samples (none where
-    the source shows no softmax, softmax_lines)."""
+    the source shows no softmax, softmax_lines): an instruction counts for the softmax where its line,
+    or any line on its chain of inlined calls (`chains`, chain_map), is the softmax's."""
     per_line: dict[int | None, int] = {}
     for offset, count in samples:
         line = offsets.get(offset)
         per_line[line] = per_line.get(line, 0) + count
     total = sum(per_line.values())
     softmax = softmax_lines(source_text)
+    chains = chains or {}
+    in_softmax = sum(c for offset, c in samples
+                     if offsets.get(offset) in softmax or chains.get(offset, frozenset()) & softmax)
     code = source_text.splitlines()
     top = sorted(((n, c) for n, c in per_line.items() if n is not None), key=lambda x: -x[1])[:TOP_LINES]
     return {
         "stall_samples": total,
-        "softmax_share": sum(c for n, c in per_line.items() if n in softmax) / total if total and softmax else None,
+        "softmax_share": in_softmax / total if total and softmax else None,
         "top_lines": [{"line": n, "samples": c, "share": c / total, "code": code[n - 1].strip(),
                        "softmax": n in softmax} for n, c in top],
     }
@@ -195,7 +220,8 @@ def profile(ncu: str, cubin: Path, record: Path, source: Path, shape: Shape, pro
     if nvdisasm is None:
         return {**readings, **unattributed, "lines_reason": "nvdisasm not found: stalls not attributed to source lines"}
     try:
-        offsets = line_map(run([nvdisasm, "-gi", "-c", str(cubin)], "nvdisasm"), source)
+        disassembly = run([nvdisasm, "-gi", "-c", str(cubin)], "nvdisasm")
     except FlashbenchError as e:  # the metrics stand without the line table
         return {**readings, **unattributed, "lines_reason": f"stalls not attributed to source lines: {e}"}
-    return {**readings, **stall_lines(samples, offsets, source.read_text()), "lines_reason": None}
+    lines = stall_lines(samples, line_map(disassembly, source), source.read_text(), chain_map(disassembly, source))
+    return {**readings, **lines, "lines_reason": None}
