@@ -23,7 +23,8 @@ def test_the_shipped_config_is_valid():
     assert settings.check_shapes[0] == settings.case  # the timed case is always checked
     assert len(settings.check_shapes) >= 4
     assert settings.baseline == "sdpa_auto" and settings.baseline in [p.name for p in settings.peers]
-    assert [s.S for s in settings.sweep_shapes()] == [512, 1024, 2048, 4096, 8192, 16384]
+    assert [s.S for s in settings.sweep_shapes()] == [512, 1024, 2048, 4096, 8192, 16384, 4000]  # sweep.ragged last
+    assert [s.S for s in settings.headline_shapes()] == [1024, 512, 2048, 4096, 8192, 16384]  # not the ragged S
     assert {s.B for s in settings.sweep_shapes()} == {settings.case.B}
     assert settings.goal.rivals == ("cudnn", "auto") and set(settings.goal.next.factors) == {"cudnn", "flash_attn_cute"}
 

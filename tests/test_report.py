@@ -480,3 +480,17 @@ def test_a_configuration_may_ask_the_next_goal_for_other_efficiencies():
     causal = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("causal"))
     assert causal["efficiency"] == [] and causal["missing"] == ["the best version's cycles at S >= 16384"]
     assert not causal["complete"] and "the best version's cycles at the case" not in causal["missing"]
+
+
+def test_a_ragged_length_is_judged_against_the_next_multiple_of_128():
+    """sweep.ragged: the line's best at S=4000 by CUDA graph over its TFLOPS at S=4096, each with its
+    own FLOPs, within goal.ragged_within or not; without a figure at either, not judged."""
+    from dataclasses import replace
+
+    sweep = pd.DataFrame([{"kernel": "v25", "S": 4000, "tflops_graph": 600.0},
+                          {"kernel": "v25", "S": 4096, "tflops_graph": 625.0}])
+    asked = replace(GOAL, ragged_within=0.03)
+    point = hopper_report.ragged_point(sweep, "v25", 4000, asked)
+    assert point["near"] == 4096 and point["ratio"] == pytest.approx(0.96) and point["met"] is False
+    assert hopper_report.ragged_point(sweep, "v25", 4000, replace(GOAL, ragged_within=0.05))["met"] is True
+    assert hopper_report.ragged_point(sweep[sweep.S == 4000], "v25", 4000, asked)["met"] is None

@@ -354,8 +354,8 @@ def test_the_settings_kernels_json_embeds_read_back_as_settings_and_agree_with_i
     be settings a run could have read, and say what kernels.json says of the run."""
     from flashbench import config
 
-    meta = read_json(ROOT / "results" / "nvidia-h200" / "kernels.json")  # the archive's run, with today's config
-    today = {**config.read(ROOT / "config.yaml"), "headline": meta["headline"]}  # and the run's headline
+    meta = read_json(ROOT / "results" / "nvidia-h200" / "kernels.json")
+    today = meta.get("settings") or config.read(ROOT / "config.yaml")  # the settings the archive's run read
     path = tmp_path / "kernels.json"
     write_json(path, {**meta, "settings": today})
     assert validation.read_record(path, "kernels")["settings"]["headline"] == meta["headline"]
@@ -390,3 +390,23 @@ def test_a_kernels_check_must_have_run_on_its_own_kinds_too(tmp_path):
     del peer["cubin_sha256"]
     write_json(tmp_path / "sdpa_auto.json", peer)
     validation.read_record(tmp_path / "sdpa_auto.json", "check", expected)  # a peer: check.inputs alone
+
+
+def test_a_sweep_runs_its_ragged_lengths_after_the_others(tmp_path):
+    """sweep.ragged: a sweep record's lengths are sweep.S, then the ragged ones (untimed where the
+    kernel takes whole tiles only, with its reason)."""
+    import dataclasses
+
+    expected = dataclasses.replace(records.EXPECTED, sweep={**records.SWEEP, "ragged": [1000]})
+    points = [{**records.timing(200.0, shape={**records.CASE, "S": S},
+                                counts={**records.SWEEP, "steps": records.sweep_steps(records.SWEEP["steps"], 1024, S)}),
+               "timed": True, "reason": None} for S in records.SWEEP_S]
+    sweep = {"kernel": "v11", "timed": True, "reason": None, "cubin_sha256": "a" * 64, "points": points,
+             "provenance": records.provenance("v11")}
+    write_json(tmp_path / "v11.json", sweep)
+    with pytest.raises(validation.BadRecord, match=r"key 'points': at S = \[512, 1024, 2048\], but the configured "
+                                                   r"sweep is S = \[512, 1024, 2048, 1000\]"):
+        validation.read_record(tmp_path / "v11.json", "sweep", expected)
+    ragged = {**records.CASE, "S": 1000, "timed": False, "reason": "S=1000 is not a multiple of v11's block_rows (32)"}
+    write_json(tmp_path / "v11.json", {**sweep, "points": [*points, ragged]})
+    validation.read_record(tmp_path / "v11.json", "sweep", expected)

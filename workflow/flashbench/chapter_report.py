@@ -99,7 +99,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "baseline": baseline if baseline in timed_case else None,
         "baseline_published": published.get(baseline),
         "longest_checked": int(checked.S.max()) if len(checked) else None,
-        "sweep_steps": ({S: sweep_steps(meta["sweep"]["steps"], meta["case"]["S"], S) for S in meta["sweep"]["S"]}
+        "sweep_steps": ({S: sweep_steps(meta["sweep"]["steps"], meta["case"]["S"], S)
+                         for S in [*meta["sweep"]["S"], *meta["sweep"].get("ragged", [])]}
                         if meta.get("sweep") else {}),
         "timing": next((k["timing"] for k in kernels if k.get("timing")), None),
         "l2_bytes": l2,

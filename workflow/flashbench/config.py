@@ -117,6 +117,7 @@ class Goal:
     min_s: int  # at the case and at every S from here
     stretch: float  # the graph interval's low end against them, everywhere
     next: NextGoal
+    ragged_within: float | None = None  # at a ragged S, how far below the next multiple of 128's TFLOPS
 
     def in_configuration(self, name: str | None) -> Goal:
         """The goal a configuration's part of the report is judged against: the next goal with what
@@ -224,15 +225,18 @@ class Settings:
         cycles = profile or (None if self.cycles else "not asked for (no cycles in config.yaml)")
         return profile, cycles
 
+    def sweep_lengths(self) -> list[int]:
+        """The sweep's lengths: sweep.S, then sweep.ragged (timed by what takes any S)."""
+        return [*self.sweep["S"], *self.sweep.get("ragged", [])] if self.sweep else []
+
     def sweep_shapes(self) -> list[Shape]:
-        if not self.sweep:
-            return []
-        return [Shape(B=self.case.B, H=self.case.H, S=S, D=self.case.D) for S in self.sweep["S"]]
+        return [Shape(B=self.case.B, H=self.case.H, S=S, D=self.case.D) for S in self.sweep_lengths()]
 
     def headline_shapes(self) -> list[Shape]:
-        """Where the head-to-head runs and the headline's cycles are counted: the case, then every swept
-        length other than the case's."""
-        return list(dict.fromkeys([self.case, *self.sweep_shapes()]))
+        """Where the head-to-head runs and the headline's cycles are counted: the case, then every length
+        of sweep.S other than the case's."""
+        lengths = self.sweep["S"] if self.sweep else []
+        return list(dict.fromkeys([self.case, *(Shape(self.case.B, self.case.H, S, self.case.D) for S in lengths)]))
 
     def kernel(self, name: str) -> Kernel:
         for kernel in self.kernels:

@@ -157,6 +157,19 @@ def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], effi
     return missing
 
 
+def ragged_point(sweep: pd.DataFrame, best: str, S: int, goal: Goal) -> dict:
+    """The line's best at a ragged S against the next multiple of 128 (the sweep's rows, by CUDA graph):
+    its TFLOPS there over the TFLOPS at that multiple (each counts its own FLOPs), against
+    goal.ragged_within where asked."""
+    near = -(-S // 128) * 128
+    mine = sweep[sweep.kernel == best]
+    at, there = (tflops_of(mine[mine.S == length], best, "tflops_graph") for length in (S, near))
+    ratio = float(at / there) if at and there else None
+    return {"kernel": best, "S": S, "near": near, "tflops": at, "near_tflops": there, "ratio": ratio,
+            "within": goal.ragged_within, "met": None if ratio is None or goal.ragged_within is None
+            else bool(ratio >= 1 - goal.ragged_within)}
+
+
 def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
     """The cycles of everything at the case, and of the head-to-head's contestants at every length."""
     if table is None or table.empty:
@@ -212,6 +225,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
                  for column in ("tflops", "tflops_graph")}
 
     verdicts = goal_verdicts(head_to_head, meta, goal, cycles)
+    best = line_best(meta)
+    ragged = [ragged_point(sweep, best, S, goal) for S in (meta.get("sweep") or {}).get("ragged", [])] if best else []
     # the step method's figures that timed the CPU's dispatch rather than the kernel: (name, S)
     flagged = sweep[sweep.kernel.isin(order) & (sweep.dispatch_bound == True)]  # noqa: E712  (NaN: not timed)
     dispatch_bound = sorted({(n, int(s)) for n, s in zip(flagged.kernel, flagged.S)})
@@ -236,6 +251,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "next_goal": next_goal(verdicts, cycles, meta, goal),
         "cycles": cycle_counts(cycles, meta),
         "dispatch_bound": dispatch_bound,
+        "ragged": ragged,
     }
 
 

@@ -163,9 +163,9 @@ def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
         return None
     if expected.sweep is None:
         return "timed", "true, but no sweep is configured"
-    lengths = [p["S"] for p in r["points"]]
-    if lengths != expected.sweep["S"]:
-        return "points", f"at S = {lengths}, but the configured sweep is S = {expected.sweep['S']}"
+    lengths, configured = [p["S"] for p in r["points"]], [*expected.sweep["S"], *expected.sweep.get("ragged", [])]
+    if lengths != configured:
+        return "points", f"at S = {lengths}, but the configured sweep is S = {configured}"
     for i, p in enumerate(r["points"]):
         dims = {**expected.case, "S": p["S"]}
         if _dims(p) != dims:
@@ -400,6 +400,7 @@ def summary_problem(summary, meta: dict) -> str | None:
             return f"{name} has TFLOPS at the case, but kernels.json says it was not timed"
         if k["timed"] and meta.get("sweep"):
             swept = sorted(summary[(summary.series == "sweep") & (summary.kernel == name)].S)
-            if swept != sorted(meta["sweep"]["S"]):
-                return f"{name} has sweep rows at S = {swept}, not at the sweep's S = {meta['sweep']['S']}: cut short"
+            lengths = [*meta["sweep"]["S"], *meta["sweep"].get("ragged", [])]
+            if swept != sorted(lengths):
+                return f"{name} has sweep rows at S = {swept}, not at the sweep's S = {lengths}: cut short"
     return None
