@@ -270,16 +270,18 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
                       head_to_head=tables["head_to_head"], cycles=tables["cycles"])
         if i == 0:
             _figures(ctx, summary, meta, gpu_name, report_dir)
-        checked = summary[(summary.series == "check") & summary.kernel.isin([k["name"] for k in ctx["line"]])]
-        measured = commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")])
-        goals.append({"configuration": configuration, "verdicts": ctx["goal_verdicts"], "next_goal": ctx["next_goal"]})
+        line = [k["name"] for k in ctx["line"]]
+        checked = summary[(summary.series == "check") & summary.kernel.isin(line)]
         here = {k["name"] for k in meta["kernels"]}
-        absent = [name for name in first_runs if name not in here]  # the line's and the peers' that do not run here
-        parts.append((ctx, measured, configuration, correctness(checked, [k["name"] for k in ctx["line"]]), absent))
-    text = "".join(fill(template, **ctx, meta=views[i][1], slug=slug, gpu_name=gpu_name, commits=measured,
-                        figures=FIGURES if i == 0 else None, configuration=configuration, first=i == 0, absent=absent,
-                        goals=goals if i == len(parts) - 1 and len(parts) > 1 else None, correctness=checked)
-                   for i, (ctx, measured, configuration, checked, absent) in enumerate(parts))
+        goals.append({"configuration": configuration, "verdicts": ctx["goal_verdicts"], "next_goal": ctx["next_goal"]})
+        parts.append({**ctx, "meta": meta, "configuration": configuration, "first": i == 0,
+                      "figures": FIGURES if i == 0 else None, "correctness": correctness(checked, line),
+                      "commits": commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")]),
+                      # the line's kernels and the peers of the first configuration that do not run in this one
+                      "absent": [name for name in first_runs if name not in here]})
+    last = len(parts) - 1
+    text = "".join(fill(template, **part, slug=slug, gpu_name=gpu_name, goals=goals if i == last and last else None)
+                   for i, part in enumerate(parts))
     write_text(report_dir / "hopper.md", text)
 
 
