@@ -9,7 +9,7 @@ import pandas as pd
 from . import attention, claims, findings
 from .archive_tables import by_s, nan_as_none, sweep_rows
 from .check import METRICS
-from .config import sweep_steps
+from .config import sweep_lengths, sweep_steps
 from .figures import stalls_figure, sweep_figure, tflops_figure
 from .files import write_text
 from .gpu import commits
@@ -99,9 +99,8 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "baseline": baseline if baseline in timed_case else None,
         "baseline_published": published.get(baseline),
         "longest_checked": int(checked.S.max()) if len(checked) else None,
-        "sweep_steps": ({S: sweep_steps(meta["sweep"]["steps"], meta["case"]["S"], S)
-                         for S in [*meta["sweep"]["S"], *meta["sweep"].get("ragged", [])]}
-                        if meta.get("sweep") else {}),
+        "sweep_steps": {S: sweep_steps(meta["sweep"]["steps"], meta["case"]["S"], S)
+                        for S in sweep_lengths(meta.get("sweep"))},
         "timing": next((k["timing"] for k in kernels if k.get("timing")), None),
         "l2_bytes": l2,
         "input_bytes": inputs,

@@ -307,10 +307,11 @@ def cmd_head_to_head(a) -> None:
     settings = a.settings
     _asked_for(settings.head_to_head, "head-to-head", "keys 'headline' and 'head_to_head'")
     shape = settings.head_to_head_shape(a.S)
-    if a.configuration and a.configuration not in [c.name for c in settings.configurations]:
+    try:
+        configuration = settings.configuration(a.configuration) if a.configuration else settings.configurations[0]
+    except ConfigError:
         raise FlashbenchError(f"--configuration {a.configuration!r}: not a configuration of the settings "
-                              f"({', '.join(c.name for c in settings.configurations)})")
-    configuration = settings.configuration(a.configuration) if a.configuration else settings.configurations[0]
+                              f"({', '.join(c.name for c in settings.configurations)})") from None
     contestants = settings.contestants(configuration)
     if not settings.headline_in(configuration):
         raise FlashbenchError(f"no headline version runs in the configuration {configuration.name!r}: "
@@ -376,6 +377,7 @@ def cmd_cycles(a) -> None:
     check = read_record(a.check, "check")
     if _refused(check, a, "counted"):
         return
+    configuration = settings.run(check["kernel"]).configuration.name
     with _gpu_held(f"cycles {check['kernel']}"), tempfile.TemporaryDirectory() as tmp:
         identity_file = Path(tmp) / "identity.json"
         target = ["--settings", a.settings_file] + (["--peer", a.peer] if a.peer else ["--cubin", a.cubin, "--record", a.record]) \
@@ -384,15 +386,14 @@ def cmd_cycles(a) -> None:
             kernels, ncu_version = count(a.ncu, target, settings.cycle_shapes(check["kernel"]), launches,
                                          progress=_progress)
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
-            _write_record(a, {"kernel": check["kernel"], "configuration": settings.run(check["kernel"]).configuration.name,
-                               "counted": False, "reason": str(e)})
+            _write_record(a, {"kernel": check["kernel"], "configuration": configuration, "counted": False,
+                               "reason": str(e)})
             print(f"{check['kernel']}: not counted, {e}")
             return
         ran = read_json(identity_file)
         _same_as_checked(check["kernel"], ran["identity"], check)
         readings = {"points": points(kernels, [Shape(**s) for s in ran["shapes"]], launches), "ncu": ncu_version}
         provenance = gpu.provenance()
-    configuration = settings.run(check["kernel"]).configuration.name
     _write_record(a, {"kernel": check["kernel"], "configuration": configuration, "counted": True, "reason": None,
                        **ran["identity"], "sm_count": provenance["sm_count"], **readings, "provenance": provenance})
     print(f"{check['kernel']}: " + ", ".join(f"S={p['S']} {p['cycles'] / 1e3:.1f}k cycles" for p in readings["points"]))

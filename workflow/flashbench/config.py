@@ -71,6 +71,9 @@ class Kernel:
     line: str = "g3"  # g3: the chapter's table; hopper: the sm_90a line after V13
     configurations: tuple[str, ...] = ()  # the configurations it runs in (validate fills in the first)
 
+    def runs_in(self, configuration: Configuration) -> bool:
+        return configuration.name in self.configurations
+
 
 @dataclass(frozen=True)
 class Run:
@@ -125,6 +128,11 @@ class Goal:
         return replace(self, next=replace(self.next, **self.next.configurations.get(name, {}), configurations={}))
 
 
+def sweep_lengths(sweep: dict | None) -> list[int]:
+    """A sweep's lengths (config key 'sweep'): its S, then its ragged ones (timed by what takes any S)."""
+    return [*sweep["S"], *sweep.get("ragged", [])] if sweep else []
+
+
 def sweep_steps(steps_at_case: int, case_s: int, S: int) -> int:
     """The write-up's method's calls per timing in the sweep at length S: as many as do the work of
     `steps_at_case` calls at the case's length (a call's work grows as S squared), to the nearest
@@ -167,7 +175,7 @@ class Settings:
         changes, and only then. The summary reads them all."""
         run = self.run(name) if name and stage != "head_to_head" else None  # a build or a peer's run
         of = run.of if run else name
-        peer = {"peer": self.peer(of).as_dict()} if of in {p.name for p in self.peers} else {}
+        peer = {"peer": self.peer(of).as_dict()} if self.is_peer(of) else {}
         configuration = run.configuration if run else self.point_configuration(name) if name else None
         if configuration and configuration != self.configurations[0]:  # the first's jobs read what they read before
             peer["configuration"] = configuration.as_dict()
@@ -175,8 +183,7 @@ class Settings:
         if stage == "compile":
             return {"nvcc_flags": self.nvcc_flags, "source": self.kernel(of).source, "defines": self.defines(name)}
         if stage == "check":
-            kinds = self.check_inputs if peer.get("peer") else self.check_inputs + self.check_kernel_inputs
-            return {**peer, "shapes": [s.as_dict() for s in self.check_shapes], "inputs": kinds,
+            return {**peer, "shapes": [s.as_dict() for s in self.check_shapes], "inputs": self.check_kinds(name),
                     "smallest": self.check_smallest, "factor": self.check_factor, "tolerance": self.tolerance,
                     **({"ragged": self.check_ragged.as_dict()} if self.check_ragged else {})}
         if stage == "bench":
@@ -206,7 +213,7 @@ class Settings:
         for run in self.runs():
             about = {"name": run.name, "of": run.of, "config": run.configuration.name,
                      "causal": run.configuration.causal}
-            if run.of in {p.name for p in self.peers}:
+            if self.is_peer(run.of):
                 entries.append({**self.peer(run.of).as_dict(), **about, "kind": "peer"})
             else:
                 kernel = self.kernel(run.of)
@@ -225,18 +232,15 @@ class Settings:
         cycles = profile or (None if self.cycles else "not asked for (no cycles in config.yaml)")
         return profile, cycles
 
-    def sweep_lengths(self) -> list[int]:
-        """The sweep's lengths: sweep.S, then sweep.ragged (timed by what takes any S)."""
-        return [*self.sweep["S"], *self.sweep.get("ragged", [])] if self.sweep else []
-
     def sweep_shapes(self) -> list[Shape]:
-        return [Shape(B=self.case.B, H=self.case.H, S=S, D=self.case.D) for S in self.sweep_lengths()]
+        """The case at each of the sweep's lengths (sweep_lengths)."""
+        return [replace(self.case, S=S) for S in sweep_lengths(self.sweep)]
 
     def headline_shapes(self) -> list[Shape]:
         """Where the head-to-head runs and the headline's cycles are counted: the case, then every length
         of sweep.S other than the case's."""
         lengths = self.sweep["S"] if self.sweep else []
-        return list(dict.fromkeys([self.case, *(Shape(self.case.B, self.case.H, S, self.case.D) for S in lengths)]))
+        return list(dict.fromkeys([self.case, *(replace(self.case, S=S) for S in lengths)]))
 
     def kernel(self, name: str) -> Kernel:
         for kernel in self.kernels:
@@ -252,41 +256,46 @@ class Settings:
 
     def kernel_builds(self) -> list[Run]:
         """Each kernel in each configuration it runs in: what the compile stage builds, in table order."""
-        return [self.run_of(k.name, self.configuration(c)) for k in self.kernels for c in k.configurations]
+        return [self.run_of(k.name, c) for k in self.kernels for c in self.configurations if k.runs_in(c)]
 
     def peer_runs(self) -> list[Run]:
         """Each peer in each configuration it runs in (every one, unless it names them), in table order."""
         return [self.run_of(p.name, c) for p in self.peers for c in self.configurations if p.runs_in(c)]
 
+    def is_peer(self, name: str) -> bool:
+        """Whether `name` is one of the peers' (not a kernel's, nor a run's)."""
+        return any(p.name == name for p in self.peers)
+
     def check_kinds(self, name: str) -> list[str]:
         """The kinds of input the run `name` is checked on: a kernel's also check.kernel_inputs."""
-        return self.check_inputs + ([] if self.run(name).of in {p.name for p in self.peers} else self.check_kernel_inputs)
+        return self.check_inputs + ([] if self.is_peer(self.run(name).of) else self.check_kernel_inputs)
 
     def runs(self) -> list[Run]:
         """Every run, in table order: each configuration's kernels, then its peers."""
         return [run for c in self.configurations for run in
-                [*(self.run_of(k.name, c) for k in self.kernels if c.name in k.configurations),
-                 *(self.run_of(p.name, c) for p in self.peers if p.runs_in(c))]]
+                [self.run_of(x.name, c) for x in [*self.kernels, *self.peers] if x.runs_in(c)]]
 
     def run_of(self, name: str, configuration: Configuration) -> Run:
         suffix = "" if configuration == self.configurations[0] else RUN_SEPARATOR + configuration.name
         return Run(name + suffix, name, configuration)
 
+    def _named(self, name: str) -> tuple[str, Configuration]:
+        """What a run's or a point's name (v25.causal, S1024.causal) is of, and its configuration."""
+        of, _, configuration = name.partition(RUN_SEPARATOR)
+        return of, self.configuration(configuration) if configuration else self.configurations[0]
+
     def run(self, name: str) -> Run:
         """The kernel or peer and configuration of a run's name (v25, v25.causal)."""
-        of, _, configuration = name.partition(RUN_SEPARATOR)
-        run = self.run_of(of, self.configuration(configuration) if configuration else self.configurations[0])
-        kernel = next((k for k in self.kernels if k.name == of), None)
-        peer = next((p for p in self.peers if p.name == of), None)
-        if kernel is None and peer is None:
+        of, configuration = self._named(name)
+        found = next(((x, key) for xs, key in ((self.kernels, "kernels"), (self.peers, "peers")) for x in xs
+                      if x.name == of), None)
+        if found is None:
             raise ConfigError(f"no kernel or peer named {of!r} is run (config keys 'versions', 'peers')")
-        if kernel is not None and run.configuration.name not in kernel.configurations:
-            raise ConfigError(f"{of} does not run in the configuration {run.configuration.name!r} "
-                              f"(config key 'kernels.{of}.configurations')")
-        if peer is not None and not peer.runs_in(run.configuration):
-            raise ConfigError(f"{of} does not run in the configuration {run.configuration.name!r} "
-                              f"(config key 'peers.{of}.configurations')")
-        return run
+        what, key = found
+        if not what.runs_in(configuration):
+            raise ConfigError(f"{of} does not run in the configuration {configuration.name!r} "
+                              f"(config key '{key}.{of}.configurations')")
+        return self.run_of(of, configuration)
 
     def defines(self, build: str) -> dict:
         """A kernel build's -D parameters: the kernel's own, then its configuration's."""
@@ -302,7 +311,7 @@ class Settings:
     def headline_in(self, configuration: Configuration) -> list[str]:
         """The runs of the headline versions that run in `configuration` (v25.causal), best first."""
         return [self.run_of(name, configuration).name for name in self.headline
-                if configuration.name in self.kernel(name).configurations]
+                if self.kernel(name).runs_in(configuration)]
 
     def rivals_in(self, configuration: Configuration) -> list[str]:
         """The runs of the head-to-head's rivals in `configuration`: none where no headline version runs
@@ -329,7 +338,7 @@ class Settings:
 
     def point_configuration(self, name: str) -> Configuration:
         """The configuration of a head-to-head point's name (S1024.causal: causal)."""
-        return self.configuration(name.partition(RUN_SEPARATOR)[2]) if RUN_SEPARATOR in name else self.configurations[0]
+        return self._named(name)[1]
 
     def head_to_head_shape(self, S: int) -> Shape:
         """The head-to-head's point at length S (one of headline_shapes)."""
@@ -368,6 +377,19 @@ def supported_archs() -> list[str]:
     return list(schemas.load("config")["$defs"]["arch"]["enum"])
 
 
+def _runs_in(key: str, what: str, named: list[str], known: list[str]) -> tuple[str, ...]:
+    """The configurations a kernel's or peer's `configurations` (config key `key`) name: known ones,
+    the first (the case's, where its tables, timings and reports are) among them."""
+    for j, configuration in enumerate(named):
+        if configuration not in known:
+            raise ConfigError(f"config key '{key}.configurations[{j}]': unknown configuration {configuration!r} "
+                              f"(defined under configurations: {', '.join(known)})")
+    if known[0] not in named:
+        raise ConfigError(f"config key '{key}.configurations': every {what} runs in the first configuration, "
+                          f"{known[0]!r}, the case's")
+    return tuple(named)
+
+
 def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = False, check_sources: bool = True) -> Settings:
     """Check a loaded config; raise ConfigError naming the first bad key, else return Settings.
     `schema_checked`: the config is a settings file the workflow wrote once it had checked it (see
@@ -398,29 +420,17 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
             raise ConfigError(f"config key 'kernels.{name}.parent': an ablation must name the kernel it varies")
         if check_sources and not (Path(root) / spec["source"]).is_file():
             raise ConfigError(f"config key 'kernels.{name}.source': no such file {spec['source']!r}")
-        runs_in = tuple(spec.get("configurations", known_configurations[:1]))
-        for j, configuration in enumerate(runs_in):
-            if configuration not in known_configurations:
-                raise ConfigError(f"config key 'kernels.{name}.configurations[{j}]': unknown configuration "
-                                  f"{configuration!r} (defined under configurations: {', '.join(known_configurations)})")
-        if known_configurations[0] not in runs_in:  # where its tables, timings and reports are
-            raise ConfigError(f"config key 'kernels.{name}.configurations': every kernel runs in the first "
-                              f"configuration, {known_configurations[0]!r}, the case's")
+        runs_in = _runs_in(f"kernels.{name}", "kernel", spec.get("configurations", known_configurations[:1]),
+                           known_configurations)
         kernels.append(Kernel(name=name, **{**spec, "configurations": runs_in}))
 
-    peers = [Peer(name=name, **{**spec, **({"configurations": tuple(spec["configurations"])}
+    peers = [Peer(name=name, **{**spec, **({"configurations": _runs_in(f"peers.{name}", "peer", spec["configurations"],
+                                                                       known_configurations)}
                                           if "configurations" in spec else {})})
              for name, spec in config.get("peers", {}).items()]
     for peer in peers:
         if peer.name in definitions:
             raise ConfigError(f"config key 'peers.{peer.name}': a kernel has that name too")
-        for j, configuration in enumerate(peer.configurations or ()):
-            if configuration not in known_configurations:
-                raise ConfigError(f"config key 'peers.{peer.name}.configurations[{j}]': unknown configuration "
-                                  f"{configuration!r} (defined under configurations: {', '.join(known_configurations)})")
-        if peer.configurations is not None and known_configurations[0] not in peer.configurations:
-            raise ConfigError(f"config key 'peers.{peer.name}.configurations': every peer runs in the first "
-                              f"configuration, {known_configurations[0]!r}, the case's")
     baseline = config.get("baseline")
     if baseline is not None and baseline not in {p.name for p in peers}:
         raise ConfigError(f"config key 'baseline': {baseline!r} is not one of the peers")

@@ -58,7 +58,7 @@ class AttentionKernel:
     @property
     def by_head(self) -> bool:
         """Whether the kernel takes its tensor maps by head, and so any S (V25 on)."""
-        return self.contract.get("tensor_map_rank") == 4
+        return by_head(self.contract)
 
     def row_tiles(self, seq_len: int) -> int:
         """The logical grid's row tiles for S: whole ones, or for a kernel by head as many as cover S."""
@@ -181,6 +181,11 @@ def _address(a) -> int:
     return int(data.ptr) if data is not None and hasattr(data, "ptr") else int(a)
 
 
+def by_head(contract: dict) -> bool:
+    """Whether a launch contract's tensor maps are by head ([B][H][S][D]: any S), V25 on."""
+    return contract.get("tensor_map_rank") == 4
+
+
 def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: int, heads: int, scale_log2: float,
                        row_tiles: int | None = None, heads_per_batch: int | None = None):
     """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order[, row_tiles, heads[, H]]) for
@@ -192,8 +197,8 @@ def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: 
     from . import tensormap
 
     arrays = {"q": q, "k": k, "v": v, "o": o}
-    by_head = contract.get("tensor_map_rank") == 4
-    if by_head and (heads_per_batch is None or heads % heads_per_batch):
+    maps_by_head = by_head(contract)
+    if maps_by_head and (heads_per_batch is None or heads % heads_per_batch):
         raise FlashbenchError(f"a kernel by head is passed its heads per batch, which divide the {heads} heads: "
                               f"{heads_per_batch} do not")
     maps = []
@@ -201,7 +206,7 @@ def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: 
         if spec["array"] not in arrays:
             raise FlashbenchError(f"the launch contract names a tensor map over {spec['array']!r}, not one of q, k, v, o")
         address, box = arrays[spec["array"]], tuple(spec["box"])
-        if by_head:
+        if maps_by_head:
             shape = (heads // heads_per_batch, heads_per_batch, seq_len, contract["head_dim"])
             maps.append(tensormap.encode_by_head(address, shape, box, spec["swizzle"]))
         else:
@@ -213,7 +218,7 @@ def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: 
         if row_tiles is None:
             raise FlashbenchError("a persistent kernel is passed its row tiles: none given")
         logical_grid = (ctypes.c_int32(row_tiles), ctypes.c_int32(heads))
-        if by_head:
+        if maps_by_head:
             logical_grid += (ctypes.c_int32(heads_per_batch),)
     params = tensormap.Params(*common, *(m for m, _ in maps), *logical_grid)
     params.owners = [owner for _, owner in maps]  # the buffers the maps live in

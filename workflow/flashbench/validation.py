@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import FlashbenchError, attention
-from .config import Shape, sweep_steps
+from .config import Shape, sweep_lengths, sweep_steps
 from .files import read_json
 
 Problem = tuple[str, str] | None  # (key, what is wrong with it), or None
@@ -163,7 +163,7 @@ def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
         return None
     if expected.sweep is None:
         return "timed", "true, but no sweep is configured"
-    lengths, configured = [p["S"] for p in r["points"]], [*expected.sweep["S"], *expected.sweep.get("ragged", [])]
+    lengths, configured = [p["S"] for p in r["points"]], sweep_lengths(expected.sweep)
     if lengths != configured:
         return "points", f"at S = {lengths}, but the configured sweep is S = {configured}"
     for i, p in enumerate(r["points"]):
@@ -400,7 +400,7 @@ def summary_problem(summary, meta: dict) -> str | None:
             return f"{name} has TFLOPS at the case, but kernels.json says it was not timed"
         if k["timed"] and meta.get("sweep"):
             swept = sorted(summary[(summary.series == "sweep") & (summary.kernel == name)].S)
-            lengths = [*meta["sweep"]["S"], *meta["sweep"].get("ragged", [])]
+            lengths = sweep_lengths(meta["sweep"])
             if swept != sorted(lengths):
                 return f"{name} has sweep rows at S = {swept}, not at the sweep's S = {lengths}: cut short"
     return None
