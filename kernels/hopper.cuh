@@ -275,41 +275,41 @@ struct Ring {
   __device__ __forceinline__ int previous_stage() const { return stage == 0 ? kStages - 1 : stage - 1; }
 };
 
-// ---- the persistent grid's work tiles, longest first in sections of heads --------------------------
-// A work tile is one row tile of one head. The work tiles go in the order below, and round k of the
-// grid's G = gridDim.x blocks takes work tiles kG .. kG + G - 1, block b the b-th of them in even
-// rounds and the (G - 1 - b)-th in odd ones (a snake), so that the blocks run about the same work:
-//   - heads go in sections of `section_heads` (the last one may be smaller): the blocks running at
-//     once share their heads' K and V in L2;
-//   - inside a section, row tiles go from the last to the first, each over the section's heads:
-//     under a causal mask the last row tile reads the most key tiles, so the longest go first and
-//     the shortest fill in at the end (the longest-processing-time rule), and the snake evens out
-//     what each round's first blocks take more than its last; without a mask every tile is the
-//     same length, and with one head per section the order is V24's, head by head.
+// ---- the persistent grid's work tiles, in the order the launch lists them (V25 on) ---------------
+// A work tile is one row tile of one head, named w = batch_head * row_tiles + row_tile. The launch
+// makes the list (flashbench/work_list.py: longest first, in sections of heads that share their K
+// and V in L2, each work tile to the block that frees first): `order` holds the grid's G + 1
+// offsets, then every block's work tiles, block after block; block b's are entries order[b] ..
+// order[b + 1] - 1 after the offsets. Each role of a block reads its own way through them. What a
+// whole warp reads, it reads through a shuffle from lane 0 (as V20's warpgroup index), so that the
+// compiler holds it, and all that follows from it (a work tile's key tiles, the K/V ring's stage, the
+// wgmma descriptors made from that), in uniform registers.
 struct WorkTile {
   int row_tile, head, batch;
 };
-struct WorkTiles {
-  int row_tiles, batch_heads, heads, section_heads;
-  __device__ __forceinline__ int count() const { return row_tiles * batch_heads; }
-  // The work tile this block takes in its round `round`, or -1: it has none left.
-  __device__ __forceinline__ int of_block(int round) const {
-    const int blocks = gridDim.x, slot = round % 2 ? blocks - 1 - blockIdx.x : blockIdx.x;
-    const int w = round * blocks + slot;
-    return w < count() ? w : -1;
+struct WorkList {
+  const int* tiles;  // this block's work tiles
+  int count, row_tiles, heads;
+  // By every thread of the block, before the roles split.
+  __device__ __forceinline__ static WorkList of_this_block(const int* order, int row_tiles, int heads) {
+    const int first = __shfl_sync(0xffffffff, __ldg(order + blockIdx.x), 0);
+    const int end = __shfl_sync(0xffffffff, __ldg(order + blockIdx.x + 1), 0);
+    return {order + gridDim.x + 1 + first, end - first, row_tiles, heads};
   }
+  // The work tile this block takes in its round `round` (< count), read by one thread; by a whole
+  // warp. (A loop over the rounds runs to `count`: one whose test is the tile read would hold its
+  // whole body, the ring and the descriptors, in ordinary registers.)
+  __device__ __forceinline__ int tile(int round) const { return __ldg(tiles + round); }
+  __device__ __forceinline__ int tile_by_warp(int round) const { return __shfl_sync(0xffffffff, tile(round), 0); }
   __device__ __forceinline__ WorkTile operator[](int w) const {
-    if (section_heads == 1) {  // head by head (a constant where the kernel says so: two divisions, not five)
-      const int batch_head = w / row_tiles;
-      return {row_tiles - 1 - (w - batch_head * row_tiles), batch_head % heads, batch_head / heads};
-    }
-    const int section_tiles = section_heads * row_tiles, section = w / section_tiles;
-    const int first_head = section * section_heads, in_section = w - section * section_tiles;
-    const int width = min(section_heads, batch_heads - first_head);  // heads in this section
-    const int batch_head = first_head + in_section % width;
-    return {row_tiles - 1 - in_section / width, batch_head % heads, batch_head / heads};
+    const int batch_head = w / row_tiles;
+    return {w - batch_head * row_tiles, batch_head % heads, batch_head / heads};
   }
 };
+// A list made for this grid and this many work tiles: its offsets start at 0 and end at the count.
+__device__ __forceinline__ void require_work_list(const int* order, int work_tiles) {
+  if (order[0] != 0 || order[gridDim.x] != work_tiles) __trap();
+}
 
 // ---- epilogue: a warpgroup's 64 rows of O, normalised, into the swizzled O tile (V19 on) -------------
 // stmatrix x4 number j writes head columns 16j..16j+15 of the warp's 16 rows: its four 8x8 matrices
@@ -365,26 +365,29 @@ __device__ __forceinline__ void require_head_tiles_cover(int seq_len, int row_ti
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, heads)
 #define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)     \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 3,             \
-                               flash::hopper::kBoxCols, q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes, 0, 2, 0)
+                               flash::hopper::kBoxCols, q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes, 0, 2, \
+                               0, 0, 0)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,      \
                                              kv_box_rows, ctas_per_sm)                                              \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 3,             \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes,       \
-                               ctas_per_sm, 2, 0)
+                               ctas_per_sm, 2, 0, 0, 0)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT_O(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,    \
                                                kv_box_rows, o_box_rows, ctas_per_sm)                                \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 4,             \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, o_box_rows,                            \
-                               flash::hopper::kSwizzleBytes, ctas_per_sm, 2, 0)
+                               flash::hopper::kSwizzleBytes, ctas_per_sm, 2, 0, 0, 0)
 //
 // FLASH_LAUNCH_CONTRACT_HEAD_MAPS (V25 on): a persistent kernel on 4-D maps over q, k, v and o, each
 // {D, S, H, B} by head (box {64 columns, box rows, 1, 1}); it takes any S, and masks keys after each
-// query where `causal`. After the maps it takes the logical grid and the heads per batch:
+// query where `causal`. After the maps it takes the logical grid, the heads per batch and the work
+// list the launch makes for its grid (WorkList; sections of heads whose K and V fit in
+// l2_section_bytes, 0: one head a section):
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles,
-//                           batch_heads, heads)
-// with row_tiles = ceil(S / block_rows), batch_heads = B*H (require_head_tiles_cover).
+//                           batch_heads, heads, work_list)
+// with row_tiles = ceil(S / block_rows), batch_heads = B*H (require_head_tiles_cover, require_work_list).
 #define FLASH_LAUNCH_CONTRACT_HEAD_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, q_box_rows, \
-                                        kv_box_rows, o_box_rows, ctas_per_sm, causal)                               \
+                                        kv_box_rows, o_box_rows, ctas_per_sm, causal, l2_section_bytes)             \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, 4,                   \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, o_box_rows,                            \
-                               flash::hopper::kSwizzleBytes, ctas_per_sm, 4, causal)
+                               flash::hopper::kSwizzleBytes, ctas_per_sm, 4, causal, 1, l2_section_bytes)

@@ -6,13 +6,16 @@
 // or past S are masked in the last key tile.
 // Causal: row tile r (rows 128r..128r+127) needs key tiles 0..r only (Br = Bc): the tiles wholly
 // above the diagonal are never loaded or multiplied, and the mask is applied on the diagonal tile
-// alone (the last of a work tile). The work tiles go longest first, in sections of heads that share
-// their K and V in L2, each round of the grid's blocks in a snake (hopper.cuh's WorkTiles); without a
-// mask a section is one head, V24's order but for the snake and the row tiles from the last.
-// Choice: under the mask, the rounds of work tiles in a snake and sections of 128 MB of K and V
-//   (16 heads at S = 16384, every head of the case at S <= 4096). Measured by cycles at B = 1, H = 64
-//   (NOTES): plain rounds took 10% more at S = 1024, the snake with 32 MB sections 25% more at 4096
-//   (the sections restart the long tiles every four rounds there), and no sections 6% more at 16384.
+// alone (the last of a work tile).
+// Work tiles: each block walks the list the launch made for its grid (hopper.cuh's WorkList,
+//   flashbench/work_list.py): longest first, in sections of heads whose K and V fit in
+//   kL2SectionBytes of L2 under the mask (one head a section without it: V24's order, the row tiles
+//   from the last), each work tile to the block that frees first.
+// Choice: under the mask, a list made at launch, not rounds of the grid's blocks: fixed rounds (in a
+//   snake) with 32 MB sections took 25% more cycles at S = 4096 than with 128 MB (NOTES), as they left
+//   the most loaded block 29% above the mean there; by the list's cost model, each work tile to the
+//   block that frees first is within 1% of the mean at S >= 4096 for any section size, so the sections
+//   can be sized to L2.
 // Choice: a work tile's last key tile peeled out of the loop (its batch a lambda made twice, the mask
 //   compiled out of the loop's copy), and the rare path's S multiplied again in a rolled loop into a
 //   local array (local memory, off the main path), so that each copy of a batch stays small: 3864
@@ -22,7 +25,7 @@
 //   dot products in both copies (7096 instructions) took 6.6% more at S = 1024.
 //
 //   384 threads = 3 warpgroups, __launch_bounds__(384, 1), setmaxnreg 24 / 240, once per block;
-//   the persistent grid: one block per SM, walking the work tiles (row tile, head) in rounds (WorkTiles)
+//   the persistent grid: one block per SM, walking the work tiles (row tile, head) its list names
 //
 //   warpgroup 0, one thread: the producer. For each of its work tiles, n = the key tiles it reads:
 //     K(0) | Q_A, Q_B | K(1) V(0) | K(2) V(1) | .. | K(n-1) V(n-2) | (next work tile) .. | V(last)
@@ -71,7 +74,7 @@ constexpr float kRescaleLog2 = 8.f;                          // V22: m moves whe
 constexpr float kRescaleP = 256.f;                           // V23: the same, seen on P: P > 2^8
 constexpr int kStages = 2;                                   // K/V ring depth
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
-constexpr int kL2SectionBytes = 128 << 20;                   // K and V of a section of heads (causal)
+constexpr int kL2SectionBytes = kCausal ? 32 << 20 : 0;     // K and V of a section of heads (0: one head)
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 
@@ -104,13 +107,15 @@ __device__ __forceinline__ int key_tiles(int row_tile, int seq_len) {
 
 }  // namespace
 
-FLASH_LAUNCH_CONTRACT_HEAD_MAPS(kThreads, kBr, kBc, kSmemBytes, kD, kWgRows, kBc, kWgRows, kCtasPerSm, kCausal)
+FLASH_LAUNCH_CONTRACT_HEAD_MAPS(kThreads, kBr, kBc, kSmemBytes, kD, kWgRows, kBc, kWgRows, kCtasPerSm, kCausal,
+                                kL2SectionBytes)
 
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, const half* __restrict__ v,
                         half* __restrict__ o, int seq_len, float scale_log2, const __grid_constant__ CUtensorMap tmap_q,
                         const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
-                        const __grid_constant__ CUtensorMap tmap_o, int row_tiles, int batch_heads, int heads) {
+                        const __grid_constant__ CUtensorMap tmap_o, int row_tiles, int batch_heads, int heads,
+                        const int* __restrict__ work_list) {
   require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kBr);
 
   extern __shared__ unsigned char smem_raw[];
@@ -118,13 +123,11 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       *reinterpret_cast<SharedStorage*>(smem_raw + (kAtomBytes - smem_addr(smem_raw) % kAtomBytes) % kAtomBytes);
 
   const int thread = threadIdx.x, wg = thread / 128, warp = (thread / 32) % 4, lane = thread % 32;
-  const long long kv_head_bytes = 2ll * seq_len * kD * sizeof(half);  // K and V of one head (64-bit: any S)
-  const long long fit = kL2SectionBytes / kv_head_bytes;           // heads whose K and V fill a section
-  const int section_heads = kCausal ? int(fit < 1 ? 1 : fit > batch_heads ? batch_heads : fit) : 1;
-  const WorkTiles work{row_tiles, batch_heads, heads, section_heads};
+  const WorkList work = WorkList::of_this_block(work_list, row_tiles, heads);
 
   // ---- barriers, before the roles split ---------------------------------------------------------
   if (thread == 0) {
+    require_work_list(work_list, row_tiles * batch_heads);
     tma_prefetch_map(&tmap_q), tma_prefetch_map(&tmap_k), tma_prefetch_map(&tmap_v), tma_prefetch_map(&tmap_o);
     for (int c = 0; c < kConsumerWarpgroups; ++c) {
       mbar_init(&smem.q_full[c], 1);
@@ -172,8 +175,8 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       // K(j), then V(j - 1), then, at a work tile's first key tile, its Q (A's rows, then B's).
       WorkTile previous{};
       int previous_tile = -1;  // the key tile whose V is still to load
-      for (int round = 0, w; (w = work.of_block(round)) >= 0; ++round) {
-        const WorkTile t = work[w];
+      for (int round = 0; round < work.count; ++round) {
+        const WorkTile t = work[work.tile(round)];
         for (int tile = 0; tile < key_tiles(t.row_tile, seq_len); ++tile) {
           load_k(t, tile);
           if (previous_tile >= 0) load_v(previous, previous_tile);
@@ -369,10 +372,10 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
 
     Ring<kStages> ring;  // the next K/V tile to multiply, running over the work tiles
     uint32_t q_phase = 0;  // parity of the block's current work tile
-    for (int round = 0, w; (w = work.of_block(round)) >= 0; ++round) {
-      const WorkTile t = work[w];
+    for (int round = 0; round < work.count; ++round) {
+      const WorkTile t = work[work.tile_by_warp(round)];
       const int tiles = key_tiles(t.row_tile, seq_len);
-      const bool first_work_tile = round == 0, last_work_tile = work.of_block(round + 1) < 0;
+      const bool first_work_tile = round == 0, last_work_tile = round + 1 == work.count;
 #pragma unroll
       for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
       row_max[0] = row_max[1] = -INFINITY;

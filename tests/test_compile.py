@@ -483,10 +483,11 @@ def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records
     which its contract says, from the same source and with the same resources. The mask's selects
     (-inf) are in both builds."""
     v24, v25, causal = records[("v24", "sm_90a")], records[("v25", "sm_90a")], records[("v25.causal", "sm_90a")]
-    assert v25["launch"] == {**v24["launch"], "tensor_map_rank": 4}
+    assert v25["launch"] == {**v24["launch"], "tensor_map_rank": 4, "work_list": {"l2_section_bytes": 0}}
     assert v25["registers"] == v24["registers"] and v25["spill_bytes"] == 0
     assert v25["stack_frame_bytes"] == causal["stack_frame_bytes"] == ROLLED_RARE_PATH_STACK["v25"]
-    assert causal["launch"] == {**v25["launch"], "causal": True} and causal["defines"] == {"FLASH_CAUSAL": 1}
+    assert causal["launch"] == {**v25["launch"], "causal": True, "work_list": {"l2_section_bytes": 32 << 20}}
+    assert causal["defines"] == {"FLASH_CAUSAL": 1}
     assert causal["registers"] == v25["registers"] and causal["spill_bytes"] == 0
     assert "-INF" in _sass(causal, built).split("FSEL", 1)[1]
     v24_sass, v25_sass = _sass(v24, built), _sass(v25, built)

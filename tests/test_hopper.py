@@ -158,6 +158,19 @@ def test_a_parameter_block_by_head_encodes_4d_maps_and_ends_with_the_heads_per_b
     with pytest.raises(FlashbenchError, match="heads per batch"):
         launch._tensor_map_params(BY_HEAD, q, k, v, o, seq_len=1000, heads=6, scale_log2=1.0, row_tiles=8,
                                   heads_per_batch=4)
+
+
+def test_a_kernel_that_walks_a_work_list_is_passed_its_address_last(monkeypatch):
+    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle: tensormap._aligned_tensor_map())
+    listed = {**BY_HEAD, "work_list": {"l2_section_bytes": 0}}
+    params = launch._tensor_map_params(listed, 0x10000, 0x20000, 0x30000, 0x40000, seq_len=1000, heads=6,
+                                       scale_log2=1.0, row_tiles=8, heads_per_batch=3, work_list=0x50000)
+    pointers = ctypes.cast(params.ptr, ctypes.POINTER(ctypes.c_void_p))
+    assert len(params.values) == 14
+    assert ctypes.cast(pointers[13], ctypes.POINTER(ctypes.c_uint64)).contents.value == 0x50000
+    with pytest.raises(FlashbenchError, match="work list"):
+        launch._tensor_map_params(listed, 1 << 16, 2 << 16, 3 << 16, 4 << 16, seq_len=1000, heads=6, scale_log2=1.0,
+                                  row_tiles=8, heads_per_batch=3)
 PERSISTENT = {**CONTRACT, "threads": 384, "persistent": {"ctas_per_sm": 1}}
 
 

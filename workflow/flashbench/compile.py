@@ -192,7 +192,8 @@ def _run(cmd: list[str], what: str) -> str:
 CONTRACT_SYMBOL = "flash_launch_contract"
 # flash::LaunchContract's int fields, in order (flash_common.cuh)
 CONTRACT_FIELDS = ("threads", "block_rows", "block_cols", "dynamic_smem_bytes", "head_dim", "tensor_maps", "box_cols",
-                   "q_box_rows", "kv_box_rows", "o_box_rows", "swizzle_bytes", "ctas_per_sm", "tensor_map_rank", "causal")
+                   "q_box_rows", "kv_box_rows", "o_box_rows", "swizzle_bytes", "ctas_per_sm", "tensor_map_rank", "causal",
+                   "work_list", "l2_section_bytes")
 
 
 def launch_contract(cubin: Path) -> dict:
@@ -218,6 +219,8 @@ def launch_contract(cubin: Path) -> dict:
         contract["tensor_map_rank"] = 4
     if fields["causal"]:
         contract["causal"] = True
+    if fields["work_list"]:  # it walks the work tiles the launch lists (work_list.py), in sections this size
+        contract["work_list"] = {"l2_section_bytes": fields["l2_section_bytes"]}
     return contract
 
 

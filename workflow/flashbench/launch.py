@@ -11,7 +11,9 @@ parameters after its tensor maps; its blocks walk the row tiles * heads work til
 
 A contract with `tensor_map_rank` 4 (V25 on) takes its maps by head ([B][H][S][D]), so any S: its
 logical grid is ceil(S / block_rows) row tiles, and it takes the heads per batch H after B*H. One with
-`causal` masks the keys after each query: it runs the causal configuration only."""
+`causal` masks the keys after each query: it runs the causal configuration only. One with `work_list`
+takes, after those, the list of work tiles each of its blocks walks (work_list.py), made here once per
+grid and shape."""
 from __future__ import annotations
 
 import math
@@ -46,6 +48,7 @@ class AttentionKernel:
         if record["static_smem_bytes"] + self.dynamic_smem > 48 * 1024:  # beyond the default: the opt-in
             self.function.max_dynamic_shared_size_bytes = self.dynamic_smem
         self._params = {}
+        self._work_lists = {}
 
     def activate(self) -> None:
         """Nothing to set before this kernel's calls (a peer may have process-wide switches to set)."""
@@ -127,8 +130,12 @@ class AttentionKernel:
         return o
 
     def capture(self, q, k, v, o, calls: int):
-        """`calls` calls captured once into a CUDA graph; returns what replays it on the current stream."""
+        """`calls` calls captured once into a CUDA graph; returns what replays it on the current stream.
+        The launch's parameters (and a work list, which is copied to the GPU) are made before the capture."""
         cp = self.cp
+        if "tensor_maps" in self.contract:
+            B, H, S, _ = q.shape
+            self.params(q, k, v, o, S, B * H, self._scale_log2(None), heads_per_batch=H)
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:
             stream.begin_capture()
@@ -145,7 +152,7 @@ class AttentionKernel:
         on purpose): that grid itself, or for a persistent kernel its own grid (`grid`) with row_tiles
         and heads as parameters. `scale`: the softmax scale, 1/sqrt(D) unless given. `heads_per_batch`:
         H of heads = B*H, for a kernel by head (all of them, B = 1, unless given)."""
-        scale_log2 = (attention.softmax_scale(self.contract["head_dim"]) if scale is None else scale) * LOG2E
+        scale_log2 = self._scale_log2(scale)
         if "tensor_maps" not in self.contract:
             args = (q, k, v, o, np.int32(seq_len), np.float32(scale_log2))
             if self.persistent:
@@ -157,22 +164,42 @@ class AttentionKernel:
         self.cp.cuda.driver.launchKernel(self.function.kernel.ptr, grid_x, grid_y, 1, self.contract["threads"], 1, 1,
                                          self.dynamic_smem, self.cp.cuda.get_current_stream().ptr, params.ptr, 0)
 
+    def _scale_log2(self, scale: float | None) -> float:
+        return (attention.softmax_scale(self.contract["head_dim"]) if scale is None else scale) * LOG2E
+
     def params(self, q, k, v, o, seq_len: int, heads: int, scale_log2: float, row_tiles: int | None = None,
                heads_per_batch: int | None = None):
         """The cuLaunchKernel parameter block of a kernel that takes tensor maps, cached per array
         addresses, shape and scale: the timed loop reuses it instead of encoding three maps per call.
         `row_tiles` (row_tiles(S) unless given) is passed to a persistent kernel only, `heads_per_batch`
-        (`heads` unless given) to a kernel by head only."""
+        (`heads` unless given) to a kernel by head only, and a work list to a kernel that takes one."""
         if row_tiles is None:
             row_tiles = self.row_tiles(seq_len)
         key = (*(_address(a) for a in (q, k, v, o)), seq_len, heads, scale_log2, row_tiles, heads_per_batch or heads)
         params = self._params.get(key)
         if params is None:
-            params = _tensor_map_params(self.contract, *key)
+            listed = self.work_list(row_tiles, heads, seq_len) if "work_list" in self.contract else None
+            params = _tensor_map_params(self.contract, *key, work_list=listed)
             if len(self._params) >= 16:  # a sweep's shapes; an old entry is only ever reused for equal arrays
                 self._params.clear()
             self._params[key] = params
         return params
+
+    def work_list(self, row_tiles: int, heads: int, seq_len: int):
+        """The work list (on the GPU) of the logical grid (row_tiles, heads) at S = seq_len, for this
+        kernel's grid: made once per grid and shape (work_list.py)."""
+        key = (row_tiles, heads, seq_len, self.grid(row_tiles, heads)[0])
+        listed = self._work_lists.get(key)
+        if listed is None:
+            from .work_list import work_list
+
+            c = self.contract
+            listed = self.cp.asarray(work_list(row_tiles, heads, key[3], seq_len, c["head_dim"], c["block_rows"],
+                                               c["block_cols"], self.causal, c["work_list"]["l2_section_bytes"]))
+            if len(self._work_lists) >= 16:  # as the parameter blocks: a sweep's shapes
+                self._work_lists.clear()
+            self._work_lists[key] = listed
+        return listed
 
 
 def _address(a) -> int:
@@ -187,11 +214,13 @@ def by_head(contract: dict) -> bool:
 
 
 def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: int, heads: int, scale_log2: float,
-                       row_tiles: int | None = None, heads_per_batch: int | None = None):
-    """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order[, row_tiles, heads[, H]]) for
-    cuLaunchKernel: the logical grid for a persistent contract only, which needs `row_tiles`, and H
-    for one by head, which needs `heads_per_batch`. Each map covers its array as the [heads * seq_len,
-    head_dim] fp16 matrix it is, or by head as [heads / H, H, seq_len, head_dim], with the contract's box."""
+                       row_tiles: int | None = None, heads_per_batch: int | None = None, work_list=None):
+    """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order[, row_tiles, heads[, H[, work
+    list]]]) for cuLaunchKernel: the logical grid for a persistent contract only, which needs
+    `row_tiles`, H for one by head, which needs `heads_per_batch`, and the work list's address for one
+    with `work_list`, which needs `work_list` (an array on the GPU, or an address). Each map covers its
+    array as the [heads * seq_len, head_dim] fp16 matrix it is, or by head as [heads / H, H, seq_len,
+    head_dim], with the contract's box."""
     import ctypes
 
     from . import tensormap
@@ -220,6 +249,10 @@ def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: 
         logical_grid = (ctypes.c_int32(row_tiles), ctypes.c_int32(heads))
         if maps_by_head:
             logical_grid += (ctypes.c_int32(heads_per_batch),)
+    if "work_list" in contract:
+        if work_list is None:
+            raise FlashbenchError("a kernel that walks a work list is passed one: none given")
+        logical_grid += (ctypes.c_uint64(_address(work_list)),)
     params = tensormap.Params(*common, *(m for m, _ in maps), *logical_grid)
-    params.owners = [owner for _, owner in maps]  # the buffers the maps live in
+    params.owners = [owner for _, owner in maps] + [work_list]  # the buffers the maps and the list live in
     return params

@@ -1,0 +1,71 @@
+"""The work list V25's blocks walk (work_list.py): every work tile once, the longest first in sections of
+heads sized to L2, the blocks' loads even."""
+import numpy as np
+import pytest
+
+from flashbench import FlashbenchError
+from flashbench.work_list import block_tiles, key_tiles, order, section_heads, work_list
+
+BLOCKS = 132
+
+
+def _listed(S, BH=64, causal=True, l2=32 << 20, blocks=BLOCKS):
+    rows = -(-S // 128)
+    return rows, block_tiles(work_list(rows, BH, blocks, S, 128, 128, 128, causal, l2), blocks)
+
+
+def _loads(rows, per_block, S, causal=True):
+    return np.array([sum(key_tiles(int(w) % rows, S, 128, 128, causal) + 1 for w in tiles) for tiles in per_block])
+
+
+@pytest.mark.parametrize("S", [1, 1000, 1024, 4000, 4096, 16384])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_work_tile_is_listed_once(S, causal):
+    rows, per_block = _listed(S, BH=5 * 3, causal=causal)
+    listed = np.concatenate(per_block)
+    assert sorted(listed.tolist()) == list(range(rows * 15))
+
+
+def test_the_list_starts_with_the_offsets_the_kernel_checks():
+    listed = work_list(8, 64, BLOCKS, 1024, 128, 128, 128, True, 32 << 20)
+    assert listed.dtype == np.int32 and listed[0] == 0 and listed[BLOCKS] == 8 * 64 == len(listed) - BLOCKS - 1
+
+
+def test_causal_key_tiles_stop_at_the_diagonal_and_at_s():
+    assert [key_tiles(r, 1000, 128, 128, True) for r in range(8)] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [key_tiles(r, 1000, 128, 128, False) for r in (0, 7)] == [8, 8]
+    assert key_tiles(0, 4096, 128, 64, True) == 2  # a 128-row tile reads two 64-key tiles up to its diagonal
+
+
+@pytest.mark.parametrize("S", [4096, 8192, 16384])
+def test_under_the_mask_the_most_loaded_block_is_within_1_percent_of_the_mean(S):
+    rows, per_block = _listed(S)
+    loads = _loads(rows, per_block, S)
+    assert loads.max() <= 1.01 * loads.mean()
+
+
+def test_sections_hold_the_heads_whose_k_and_v_fit_and_go_longest_first():
+    assert section_heads(64, 2 * 4096 * 128 * 2, 32 << 20) == 16   # 2 MB of K and V a head at S = 4096
+    assert section_heads(64, 2 * 16384 * 128 * 2, 32 << 20) == 4
+    assert section_heads(64, 2 * 65536 * 128 * 2, 32 << 20) == 1   # a head above the section: one
+    assert section_heads(3, 2 * 1024 * 128 * 2, 32 << 20) == 3     # never more than there are
+    assert section_heads(64, 2 * 1024 * 128 * 2, 0) == 1           # 0: one head a section
+    tiles = order(4, 6, 2)  # row tiles 3..0 over heads 0, 1, then over 2, 3, then 4, 5
+    assert (tiles // 4).tolist() == [0, 1] * 4 + [2, 3] * 4 + [4, 5] * 4
+    assert (tiles % 4).tolist()[:8] == [3, 3, 2, 2, 1, 1, 0, 0]
+
+
+def test_without_the_mask_the_blocks_take_the_tiles_in_turn_head_by_head():
+    rows, per_block = _listed(1024, causal=False, l2=0)
+    head_by_head = order(8, 64, 1)  # head 0's row tiles 7..0, then head 1's, ...
+    assert head_by_head[:9].tolist() == [7, 6, 5, 4, 3, 2, 1, 0, 15]
+    for b in (0, 5, 131):
+        assert per_block[b].tolist() == head_by_head[b::BLOCKS].tolist()
+    assert max(map(len, per_block)) - min(map(len, per_block)) <= 1
+
+
+def test_a_list_refuses_what_the_kernel_cannot_name():
+    with pytest.raises(FlashbenchError, match="work tile"):
+        work_list(0, 64, BLOCKS, 1, 128, 128, 128, True, 0)
+    with pytest.raises(FlashbenchError, match="int32"):
+        work_list(2**24, 2**7, BLOCKS, 2**31, 128, 128, 128, False, 0)

@@ -1,0 +1,84 @@
+"""The work list a persistent kernel by head walks (V25 on): which work tiles each block takes, in order.
+
+A work tile is one row tile of one head, named w = batch_head * row_tiles + row_tile. Under a causal
+mask row tile r reads key tiles 0..r only, so the tiles differ in length by up to S / Bc times, and a
+grid that deals them out in fixed rounds leaves some blocks with far more work than others. The list
+is made here, where the whole of it can be seen:
+
+    order     heads go in sections whose K and V fit in the kernel's share of L2 (`l2_section_bytes`;
+              at least one head), so that the blocks running at once read the same keys and values;
+              inside a section, row tiles go from the last to the first, each over the section's
+              heads: the longest first and the shortest at the end (the longest-processing-time rule)
+    share     each work tile in that order goes to the block that frees first (ties to the lower
+              block), by a cost of its key tiles plus one for its Q, epilogue and edges: what a
+              dynamic scheduler's shared counter would hand out, without the counter
+
+The kernel reads the list as laid out by `work_list`: the grid's G + 1 offsets, then each block's work
+tiles, block after block; block b's are entries offsets[b] .. offsets[b + 1] - 1 after the offsets.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from . import FlashbenchError
+
+TILE_OVERHEAD = 1  # a work tile's Q, epilogue and pipeline edges, in key tiles' time (the list's cost model)
+
+
+def key_tiles(row_tile: int, seq_len: int, block_rows: int, block_cols: int, causal: bool) -> int:
+    """Key tiles row tile `row_tile` reads: every one, or under the mask those up to its last row."""
+    every = -(-seq_len // block_cols)
+    return min(-(-(row_tile + 1) * block_rows // block_cols), every) if causal else every
+
+
+def section_heads(batch_heads: int, kv_head_bytes: int, l2_section_bytes: int) -> int:
+    """Heads per section: as many as have their K and V in `l2_section_bytes` (0: one), 1 to batch_heads."""
+    fit = l2_section_bytes // kv_head_bytes if l2_section_bytes else 1
+    return int(min(max(fit, 1), batch_heads))
+
+
+def order(row_tiles: int, batch_heads: int, heads_per_section: int) -> np.ndarray:
+    """Every work tile once: sections of heads, in each the row tiles from the last, over its heads."""
+    tiles = []
+    for first in range(0, batch_heads, heads_per_section):
+        section = np.arange(first, min(first + heads_per_section, batch_heads))
+        rows = np.arange(row_tiles - 1, -1, -1)
+        tiles.append((section[None, :] * row_tiles + rows[:, None]).ravel())  # row by row, over the heads
+    return np.concatenate(tiles)
+
+
+def share_out(tiles: np.ndarray, costs: np.ndarray, blocks: int) -> list[np.ndarray]:
+    """Each of `tiles` in turn to the block that frees first, by `costs`; returns each block's tiles."""
+    if np.all(costs == costs[0]):  # equal tiles: the blocks in turn, as the greedy rule gives them
+        return [tiles[b::blocks] for b in range(blocks)]
+    free = [(0, b) for b in range(blocks)]
+    taken = [[] for _ in range(blocks)]
+    for tile, cost in zip(tiles.tolist(), costs.tolist()):
+        at, b = heapq.heappop(free)
+        taken[b].append(tile)
+        heapq.heappush(free, (at + cost, b))
+    return [np.asarray(t, dtype=np.int64) for t in taken]
+
+
+def work_list(row_tiles: int, batch_heads: int, blocks: int, seq_len: int, head_dim: int, block_rows: int,
+              block_cols: int, causal: bool, l2_section_bytes: int, element_bytes: int = 2) -> np.ndarray:
+    """The int32 list the kernel reads (the module says how), for `blocks` blocks."""
+    if blocks < 1 or row_tiles < 1 or batch_heads < 1:
+        raise FlashbenchError(f"a work list needs a block and a work tile: {blocks} blocks, {row_tiles} row tiles, "
+                              f"{batch_heads} heads")
+    if row_tiles * batch_heads >= 2**31:
+        raise FlashbenchError(f"{row_tiles * batch_heads} work tiles: above the int32 the kernel names them by")
+    kv_head_bytes = 2 * seq_len * head_dim * element_bytes
+    tiles = order(row_tiles, batch_heads, section_heads(batch_heads, kv_head_bytes, l2_section_bytes))
+    length = np.array([key_tiles(r, seq_len, block_rows, block_cols, causal) + TILE_OVERHEAD for r in range(row_tiles)])
+    per_block = share_out(tiles, length[tiles % row_tiles], blocks)
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in per_block])])
+    return np.concatenate([offsets, *per_block]).astype(np.int32)
+
+
+def block_tiles(listed: np.ndarray, blocks: int) -> list[np.ndarray]:
+    """A list read back as the kernel reads it: each block's work tiles (tests, and the list's own check)."""
+    offsets, entries = listed[: blocks + 1], listed[blocks + 1:]
+    return [entries[offsets[b]:offsets[b + 1]] for b in range(blocks)]
