@@ -117,12 +117,17 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
                        "shapes": [], "cubin_sha256": "a" * 64, "provenance": records.provenance("v14")})
     ran_as = {"identity": {"cubin_sha256": "a" * 64}, "shapes": [CASE.as_dict()]}
 
-    def fake_count(ncu, target, shapes, launches, progress):
+    holds = []
+
+    def fake_count(ncu, target, shapes, launches, progress, hold):
+        with hold():  # the GPU held while ncu runs the driver, and only then
+            holds.append("ncu")
         write_json(target[target.index("--identity-out") + 1], ran_as)
         page = [(M, 1, 1)] + [k for _ in range(launches) for k in (("flash_attention_forward", 98600, 55000), (M, 1, 1))]
         return cycles.parse_kernels(raw_page(page)), "Version 2025.3"
 
-    monkeypatch.setattr(cli, "_gpu_held", lambda what: contextlib.nullcontext())
+    monkeypatch.setattr(cli, "_gpu_held", lambda what: contextlib.nullcontext(holds.append(what)))
+    monkeypatch.setattr(gpu, "require", lambda: None)
     monkeypatch.setattr(cycles, "count", fake_count)
     monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("v14"))
     out = tmp_path / "cycles" / "v14.json"
@@ -136,6 +141,7 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
     record = json.loads(out.read_text())
     assert [p["S"] for p in record["points"]] == [1024] and record["points"][0]["cycles"] == 98600
     assert record["cubin_sha256"] == "a" * 64 and record["sm_count"] == 132 and record["counted"]
+    assert holds == ["cycles v14", "ncu"]  # the lock taken for ncu's run alone
     ran_as["identity"] = {"cubin_sha256": "b" * 64}  # not the cubin that passed its check
     assert cli.main(args) == 1
 

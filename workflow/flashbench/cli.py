@@ -104,6 +104,14 @@ def _gpu_held(what: str):
         yield
 
 
+def _import_peer_libraries(a) -> None:
+    """Before a stage waits for the GPU: the libraries of the peer it runs, if any (peers.import_libraries)."""
+    if a.peer:
+        from .peers import import_libraries
+
+        import_libraries(_peer_of(a))
+
+
 def _kernel(a):
     """The implementation a check / bench / sweep / cycles runs: a compiled kernel or a configured peer
     (in the configuration `--peer` names, as sdpa_cudnn.causal does)."""
@@ -173,6 +181,7 @@ def cmd_check(a) -> None:
             _runnable_here(a.record)
     except (PeerUnavailable, NotRunnableHere) as e:
         return skipped(e)
+    _import_peer_libraries(a)
     with _gpu_held(f"check {_name(a)}"):
         try:
             kernel = _kernel(a)
@@ -216,6 +225,7 @@ def _timed(a, what: str, run) -> None:
     check = read_record(a.check, "check")
     if _refused(check, a):
         return
+    _import_peer_libraries(a)
     with _gpu_held(f"{what} {check['kernel']}"):
         kernel = _kernel(a)
         _same_as_checked(kernel.name, kernel.identity, check)
@@ -280,14 +290,15 @@ def cmd_profile(a) -> None:
     if not Path(record["source"]).is_file():  # where the stalls are read against
         raise FlashbenchError(f"{a.record}: its source {record['source']} is not there: run from the repository root")
     shape = a.settings.case
-    with _gpu_held(f"profile {record['kernel']}"):
-        try:
-            readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(record["source"]), shape, progress=_progress)
-        except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
-            _write_record(a, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
-            print(f"{check['kernel']}: not profiled, {e}")
-            return
-        provenance = gpu.provenance()
+    gpu.require()  # a missing GPU fails the stage (below, an ncu that cannot profile is recorded)
+    try:  # the GPU held while ncu profiles; its report is read beside the next job's GPU work
+        readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(record["source"]), shape, progress=_progress,
+                           hold=lambda: _gpu_held(f"profile {record['kernel']}"))
+    except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
+        _write_record(a, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
+        print(f"{check['kernel']}: not profiled, {e}")
+        return
+    provenance = gpu.provenance()
     _write_record(a, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
                        "cubin_sha256": record["cubin_sha256"], **readings, "provenance": provenance})
     m = readings["metrics"]
@@ -331,6 +342,11 @@ def cmd_head_to_head(a) -> None:
             admitted.append((name, check))
         else:
             excluded[name] = check["reason"] if check.get("skipped") else f"failed its check: {check['reason']}"
+    from .peers import import_libraries
+
+    for name, _ in admitted:  # before the wait for the GPU (peers.import_libraries)
+        if name not in cubins:
+            import_libraries(settings.peer(settings.run(name).of))
     with _gpu_held(f"head-to-head {shape}"):
         import cupy as cp
 
@@ -378,13 +394,14 @@ def cmd_cycles(a) -> None:
     if _refused(check, a, "counted"):
         return
     configuration = settings.run(check["kernel"]).configuration.name
-    with _gpu_held(f"cycles {check['kernel']}"), tempfile.TemporaryDirectory() as tmp:
+    gpu.require()  # a missing GPU fails the stage (below, an ncu that cannot count is recorded)
+    with tempfile.TemporaryDirectory() as tmp:  # the GPU held while ncu runs the driver alone
         identity_file = Path(tmp) / "identity.json"
         target = ["--settings", a.settings_file] + (["--peer", a.peer] if a.peer else ["--cubin", a.cubin, "--record", a.record]) \
             + ["--identity-out", str(identity_file)]
         try:
             kernels, ncu_version = count(a.ncu, target, settings.cycle_shapes(check["kernel"]), launches,
-                                         progress=_progress)
+                                         progress=_progress, hold=lambda: _gpu_held(f"cycles {check['kernel']}"))
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
             _write_record(a, {"kernel": check["kernel"], "configuration": configuration, "counted": False,
                                "reason": str(e)})

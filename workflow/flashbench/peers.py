@@ -12,6 +12,7 @@ has no kernel for the GPU, the peer is skipped (PeerUnavailable) and the report 
 from __future__ import annotations
 
 import functools
+import os
 
 from . import FlashbenchError, NoKernelForShape, attention
 from .config import Peer, Shape
@@ -20,6 +21,7 @@ from .config import Peer, Shape
 # makes a point skipped rather than the stage failed.
 NO_KERNEL = "No available kernel"
 FLASH_ATTN_CUTE = "flash_attn_cute"
+FLASH_ATTN_CUTE_CACHE = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"  # its compiled kernels kept on disk (FlashAttnCutePeer)
 # FlashAttention's CuTe DSL forward has a path per major compute capability (flash_attn.cute.interface)
 FLASH_ATTN_CUTE_PATHS = {8: "sm80 (Ampere)", 9: "sm90 (Hopper)", 10: "sm100 (Blackwell)", 11: "sm100 (Blackwell)",
                          12: "sm120 (Blackwell GeForce)"}
@@ -50,6 +52,20 @@ def libraries(peer: Peer) -> dict:
     package is not up to date once it is there."""
     needs = ["torch"] + (["flash-attn-4", "nvidia-cutlass-dsl"] if peer.backend == FLASH_ATTN_CUTE else [])
     return {package: installed_version(package) for package in needs}
+
+
+def import_libraries(peer: Peer) -> None:
+    """Import what `peer` runs on (torch, and flash_attn.cute for FlashAttention's), which touches no
+    GPU: a stage does it before it waits for the GPU's lock, beside the job that holds the GPU. One
+    that does not import is left to the peer's making, which says why."""
+    try:
+        import torch  # noqa: F401
+
+        if peer.backend == FLASH_ATTN_CUTE:
+            os.environ.setdefault(FLASH_ATTN_CUTE_CACHE, "1")
+            import flash_attn.cute  # noqa: F401
+    except Exception:  # the DSL's own imports (its CUDA libraries) fail in many ways
+        pass
 
 
 def require(peer: Peer) -> None:
@@ -192,13 +208,17 @@ class TorchPeer(_TorchBacked):
 
 class FlashAttnCutePeer(_TorchBacked):
     """FlashAttention's forward through its public interface, flash_attn.cute.flash_attn_func, on
-    [B, S, H, D] copies of the inputs. Its first call at a shape compiles the kernel (CuTe DSL's
-    JIT, about 2 s): every stage makes that call untimed (check, warm-up). Its output comes from
+    [B, S, H, D] copies of the inputs. Its first call in a configuration compiles the kernel (CuTe
+    DSL's JIT, 8-10 s of a job on the H200), untimed in every stage (check, warm-up); the package's
+    own cache of compiled kernels on disk (FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED, keyed by its
+    sources, the DSL's version and the compile options) is switched on unless the environment says
+    otherwise, so that only the run's first job of a configuration compiles. Its output comes from
     torch's caching allocator, which hands back the same block every call once the first has
     allocated it."""
 
     def __init__(self, peer: Peer, causal: bool = False):
         super().__init__(peer, causal)
+        os.environ.setdefault(FLASH_ATTN_CUTE_CACHE, "1")  # read when flash_attn.cute imports
         try:
             from flash_attn.cute import flash_attn_func
         except Exception as e:  # the DSL's own imports (its CUDA libraries) fail in many ways

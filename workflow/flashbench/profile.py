@@ -7,6 +7,7 @@ lines the warps wait on, and whether the softmax is among them.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -203,13 +204,16 @@ def version(ncu: str) -> str:
     return run([ncu, "--version"], "ncu --version").strip().splitlines()[-1]
 
 
-def profile(ncu: str, cubin: Path, record: Path, source: Path, shape: Shape, progress=print) -> dict:
+def profile(ncu: str, cubin: Path, record: Path, source: Path, shape: Shape, progress=print,
+            hold=contextlib.nullcontext) -> dict:
     """Profile one kernel: the metrics, the stall reasons and where in `source` the warps stall
-    (that last part needs nvdisasm, from the CUDA toolkit; without it the record says so)."""
+    (that last part needs nvdisasm, from the CUDA toolkit; without it the record says so). `hold()`:
+    the GPU's lock, held while ncu profiles (reading its report and the SASS needs no GPU)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "profile"
-        progress(f"profile {cubin.stem}: ncu at {shape} (several replays of one launch)")
-        run(command(ncu, report, cubin, record, shape), "ncu")
+        with hold():
+            progress(f"profile {cubin.stem}: ncu at {shape} (several replays of one launch)")
+            run(command(ncu, report, cubin, record, shape), "ncu")
         rep = f"{report}.ncu-rep"
         raw = parse_raw(raw_page(ncu, rep))
         samples = parse_sass_samples(run([ncu, "--import", rep, "--page", "source", "--print-source", "sass",
