@@ -15,7 +15,10 @@
 //   snake) with 32 MB sections took 25% more cycles at S = 4096 than with 128 MB (NOTES), as they left
 //   the most loaded block 29% above the mean there; by the list's cost model, each work tile to the
 //   block that frees first is within 1% of the mean at S >= 4096 for any section size, so the sections
-//   can be sized to L2.
+//   can be sized to L2. Measured by ncu at B = 1, H = 64 under the mask (NOTES): against the rounds
+//   with 128 MB sections, the list with 16 MB sections read 204 MB from DRAM at S = 4096 where they
+//   read 1138 MB (FlashAttention's kernel 242 MB), 0.82 GB at 16384 against 8.55 GB, in 6.0% and
+//   2.3% fewer cycles; with 32 MB sections 324 MB and 1.32 GB (5.3%, 2.3% fewer).
 // Choice: a work tile's last key tile peeled out of the loop (its batch a lambda made twice, the mask
 //   compiled out of the loop's copy), and the rare path's S multiplied again in a rolled loop into a
 //   local array (local memory, off the main path), so that each copy of a batch stays small: 3864
@@ -74,7 +77,7 @@ constexpr float kRescaleLog2 = 8.f;                          // V22: m moves whe
 constexpr float kRescaleP = 256.f;                           // V23: the same, seen on P: P > 2^8
 constexpr int kStages = 2;                                   // K/V ring depth
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
-constexpr int kL2SectionBytes = kCausal ? 32 << 20 : 0;     // K and V of a section of heads (0: one head)
+constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 

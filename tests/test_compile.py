@@ -486,7 +486,7 @@ def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records
     assert v25["launch"] == {**v24["launch"], "tensor_map_rank": 4, "work_list": {"l2_section_bytes": 0}}
     assert v25["registers"] == v24["registers"] and v25["spill_bytes"] == 0
     assert v25["stack_frame_bytes"] == causal["stack_frame_bytes"] == ROLLED_RARE_PATH_STACK["v25"]
-    assert causal["launch"] == {**v25["launch"], "causal": True, "work_list": {"l2_section_bytes": 32 << 20}}
+    assert causal["launch"] == {**v25["launch"], "causal": True, "work_list": {"l2_section_bytes": 16 << 20}}
     assert causal["defines"] == {"FLASH_CAUSAL": 1}
     assert causal["registers"] == v25["registers"] and causal["spill_bytes"] == 0
     assert "-INF" in _sass(causal, built).split("FSEL", 1)[1]
