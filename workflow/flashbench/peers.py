@@ -209,7 +209,7 @@ class TorchPeer(_TorchBacked):
 class FlashAttnCutePeer(_TorchBacked):
     """FlashAttention's forward through its public interface, flash_attn.cute.flash_attn_func, on
     [B, S, H, D] copies of the inputs. Its first call in a configuration compiles the kernel (CuTe
-    DSL's JIT, about 8 s of a job on the H200), untimed in every stage (check, warm-up); the package's
+    DSL's JIT, 8-10 s of a job on the H200), untimed in every stage (check, warm-up); the package's
     own cache of compiled kernels on disk (FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED, keyed by its
     sources, the DSL's version and the compile options) is switched on unless the environment says
     otherwise, so that only the run's first job of a configuration compiles. Its output comes from
