@@ -551,17 +551,20 @@ def as_cloned(checkout):
 @NO_GPU
 def test_a_gpu_named_in_config_but_not_found_stops_before_any_job_and_the_archive_stays(checkout, tmp_path, settings):
     """README's SLURM command without the profile, on a machine without a GPU: refused before any job,
-    so no record is deleted or overwritten, and on the GPU every kernel and peer is still due."""
+    so no record is deleted or overwritten, and on the GPU the same jobs are due as before it (every
+    kernel's check, its build being gone)."""
     checkout = as_cloned(with_archive(checkout))
     archived = archive_files(checkout)
+    a_gpu = a_gpu_here(tmp_path)
+    due = job_counts(snakemake(checkout, "-n", env=a_gpu).stdout)
     proc = snakemake(checkout, "report", "--keep-going", *H200)
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "error: config names the GPU nvidia-h200 (sm_90), but no NVIDIA GPU is found here and jobs run here")
     assert "Finished job" not in proc.stderr and not (checkout / "build").exists()
     assert archive_files(checkout) == archived
-    counts = job_counts(snakemake(checkout, "-n", env=a_gpu_here(tmp_path)).stdout)
-    assert (counts["check_kernel"], counts["check_peer"]) == (len(settings.kernel_builds()), len(settings.peer_runs()))
+    counts = job_counts(snakemake(checkout, "-n", env=a_gpu).stdout)
+    assert counts == due and counts["check_kernel"] == len(settings.kernel_builds())
 
 
 @NO_GPU

@@ -494,3 +494,31 @@ def test_a_ragged_length_is_judged_against_the_next_multiple_of_128():
     assert point["near"] == 4096 and point["ratio"] == pytest.approx(0.96) and point["met"] is False
     assert hopper_report.ragged_point(sweep, "v25", 4000, replace(GOAL, ragged_within=0.05))["met"] is True
     assert hopper_report.ragged_point(sweep[sweep.S == 4000], "v25", 4000, asked)["met"] is None
+
+
+def test_each_configuration_after_the_first_gets_its_bars_and_a_panel_against_s(tmp_path, monkeypatch):
+    """hopper.md's figures hold every configuration: a bar of its own per kernel at the case, and a panel
+    of its own against S below the first's, each name drawn in the same style in both."""
+    import struct
+
+    from flashbench import figures
+
+    case = {"B": 1, "H": 64, "S": 1024, "D": 128}
+    dense = pd.DataFrame([{"kernel": k, "kind": kind, "S": S, "tflops": t * S / 1024}
+                          for k, kind, t in (("v25", "version", 600.0), ("sdpa_cudnn", "peer", 550.0))
+                          for S in (1024, 4000, 4096)])
+    causal = dense.assign(tflops=dense.tflops * 0.7)
+    figures.sweep_figure(dense, ["v25", "sdpa_cudnn"], {}, "GPU", case, tmp_path / "one.png")
+    figures.sweep_figure(dense, ["v25", "sdpa_cudnn"], {}, "GPU", case, tmp_path / "two.png",
+                         (("causal", causal, {"v25": "the line's best"}),))
+    height = {n: struct.unpack(">II", (tmp_path / f"{n}.png").read_bytes()[16:24])[1] for n in ("one", "two")}
+    assert 1.9 < height["two"] / height["one"] < 2.1
+
+    drawn = {}
+    monkeypatch.setattr(figures, "bars_figure", lambda bars, order, kinds, title, path: drawn.update(bars=bars, order=order))
+    rows = [{"name": "v24", "kind": "version", "tflops": 610.0, "published_tflops": None},
+            {"name": "v25", "kind": "version", "tflops": 600.0, "published_tflops": None}]
+    figures.tflops_figure(rows, "GPU", case, tmp_path / "bars.png", (("causal", rows[1:]),))
+    assert [(b["kernel"], b["source"]) for b in drawn["bars"]] == [
+        ("v24", "measured, GPU"), ("v25", "measured, GPU"), ("v25", "measured, GPU, causal")]
+    assert drawn["order"] == ["v24", "v25"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .files import staged
@@ -33,13 +34,14 @@ def _save(fig, path: Path) -> None:
         plt.close(fig)
 
 
-def _axes(width: float, height: float):
+def _axes(width: float, height: float, rows: int = 1):
+    """A figure and its axes: one, or `rows` panels stacked, each `height` high."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(width, height))
+    return plt.subplots(rows, 1, figsize=(width, height * rows))
 
 
 def _nothing_to_plot(ax, why: str) -> None:
@@ -116,53 +118,72 @@ def bars_figure(bars: list[dict], order: list[str], kinds: dict[str, str], title
         _save(fig, path)
 
 
-def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path) -> None:
-    """Bars of measured TFLOPS per kernel and peer, the write-up's B300 figures beside them."""
+def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path,
+                  other_configurations: tuple[tuple[str, list[dict]], ...] = ()) -> None:
+    """Bars of measured TFLOPS per kernel and peer, the write-up's B300 figures beside them; each of
+    `other_configurations` (its label, and rows as `rows` of what runs in it) a bar of its own."""
     bars = []
-    for r in rows:
-        if r["tflops"] is not None:
-            bars.append({"kernel": r["name"], "TFLOPS": r["tflops"], "source": f"measured, {gpu_name}"})
-        if r["published_tflops"] is not None:
-            bars.append({"kernel": r["name"], "TFLOPS": r["published_tflops"], "source": PUBLISHED})
-    bars_figure(bars, [r["name"] for r in rows], {r["name"]: r["kind"] for r in rows},
+    for label, measured in (("", rows), *other_configurations):
+        for r in measured:
+            if r["tflops"] is not None:
+                bars.append({"kernel": r["name"], "TFLOPS": r["tflops"],
+                             "source": f"measured, {gpu_name}" + (f", {label}" if label else "")})
+    bars += [{"kernel": r["name"], "TFLOPS": r["published_tflops"], "source": PUBLISHED}
+             for r in rows if r["published_tflops"] is not None]
+    every = [r for _, measured in (("", rows), *other_configurations) for r in measured]
+    order = list(dict.fromkeys(r["name"] for r in every))
+    bars_figure(bars, order, {r["name"]: r["kind"] for r in every},
                 f"Attention forward, B={case['B']} H={case['H']} S={case['S']} D={case['D']}, fp16", path)
 
 
 def sweep_figure(sweep: pd.DataFrame, order: list[str], emphasized: dict[str, str], gpu_name: str, case: dict,
-                 path: Path) -> None:
+                 path: Path, other_configurations: tuple[tuple[str, pd.DataFrame, dict[str, str]], ...] = ()) -> None:
     """TFLOPS against S, one line per kernel or peer (ours solid, the peers dashed), the `emphasized`
-    ones ({name: why}) thicker, their legend entries saying why."""
+    ones ({name: why}) thicker, their legend entries saying why; each of `other_configurations` (its
+    label, its sweep rows and its emphasized) in a panel of its own below, each name in the same style."""
     import matplotlib
+
+    panels = (("", sweep, emphasized), *other_configurations)
+    with matplotlib.rc_context(FONT):
+        fig, axes = _axes(11.0, 5.6, rows=len(panels))
+        timed_all = pd.concat([s.dropna(subset=["tflops"]) for _, s, _ in panels])
+        kinds = dict(zip(timed_all.kernel, timed_all.kind))
+        names = [n for n in order if n in kinds] + [n for n in dict.fromkeys(timed_all.kernel) if n not in order]
+        styles = line_styles(names, kinds, {n: why for _, _, e in panels for n, why in e.items()})
+        for ax, (label, panel, marked) in zip(np.atleast_1d(axes), panels):
+            title = f"TFLOPS against S on the {gpu_name}, B={case['B']} H={case['H']} D={case['D']}"
+            _sweep_panel(ax, panel.dropna(subset=["tflops"]), names, kinds, styles, marked,
+                         title + (f", {label}" if label else ""))
+        _save(fig, path)
+
+
+def _sweep_panel(ax, timed: pd.DataFrame, names: list[str], kinds: dict, styles: dict, emphasized: dict[str, str],
+                 title: str) -> None:
+    """One panel of sweep_figure: the lines of `names` that `timed` has."""
     from matplotlib.lines import Line2D
 
-    with matplotlib.rc_context(FONT):
-        fig, ax = _axes(11.0, 5.6)
-        timed = sweep.dropna(subset=["tflops"])
-        if timed.empty:
-            _nothing_to_plot(ax, "no sweep in this run")
-        else:
-            kinds = dict(zip(timed.kernel, timed.kind))
-            names = [n for n in order if n in kinds]
-            styles = line_styles(names, kinds, emphasized)
-            for name in names:
-                points = timed[timed.kernel == name].sort_values("S")
-                ax.plot(points.S, points.tflops, label=name, **styles[name])
-            lengths = sorted(timed.S.unique())
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(lengths, [str(s) for s in lengths])
-            ax.set_xlim(lengths[0] / 1.15, lengths[-1] * 1.15)
-            ax.set_xlabel("sequence length S")
-            ax.set_ylabel("TFLOPS")
-            ax.grid(alpha=0.3)
+    if timed.empty:
+        _nothing_to_plot(ax, "no sweep in this run")
+        return
+    names = [n for n in names if n in set(timed.kernel)]
+    for name in names:
+        points = timed[timed.kernel == name].sort_values("S")
+        ax.plot(points.S, points.tflops, label=name, **styles[name])
+    lengths = sorted(timed.S.unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(s) if s & (s - 1) == 0 else "" for s in lengths])  # a ragged S (4000): a bare tick
+    ax.set_xlim(lengths[0] / 1.15, lengths[-1] * 1.15)
+    ax.set_xlabel("sequence length S")
+    ax.set_ylabel("TFLOPS")
+    ax.grid(alpha=0.3)
 
-            def handle(name):
-                why = f" ({emphasized[name]})" if name in emphasized else ""
-                return Line2D([], [], label=name + why, **styles[name])
+    def handle(name):
+        why = f" ({emphasized[name]})" if name in emphasized else ""
+        return Line2D([], [], label=name + why, **styles[name])
 
-            _legend_outside(ax, {"our kernels (solid)": [handle(n) for n in names if kinds[n] != PEER],
-                                 "PyTorch peers (dashed)": [handle(n) for n in names if kinds[n] == PEER]})
-            ax.set_title(f"TFLOPS against S on the {gpu_name}, B={case['B']} H={case['H']} D={case['D']}")
-        _save(fig, path)
+    _legend_outside(ax, {"our kernels (solid)": [handle(n) for n in names if kinds[n] != PEER],
+                         "PyTorch peers (dashed)": [handle(n) for n in names if kinds[n] == PEER]})
+    ax.set_title(title)
 
 
 def stalls_figure(profile: pd.DataFrame, order: list[str], path: Path, shown: int = 7) -> None:

@@ -260,16 +260,16 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
     """hopper.md and its figures into `report_dir`, a part per configuration from the archive's view of
     it (archive_tables.view: its summary, kernels.json and the tables resources, profile, head_to_head
     and cycles), each judged against `goal`, and the goals of every configuration in one table at
-    the end; the figures are the first configuration's. `gpu_name` as the chapter's report gives it."""
-    parts, goals = [], []
+    the end; the figures, in the first part, hold every configuration (a bar and a panel each).
+    `gpu_name` as the chapter's report gives it."""
+    parts, goals, figures = [], [], []
     first_runs = [k["name"] for k in views[0][1]["kernels"] if k.get("line") == LINE or k["kind"] == "peer"]
     for i, (summary, meta, tables) in enumerate(views):
         configuration = meta.get("configuration")
         ctx = context(summary, tables["resources"], tables["profile"], meta,
                       goal.in_configuration(configuration["name"] if configuration else None),
                       head_to_head=tables["head_to_head"], cycles=tables["cycles"])
-        if i == 0:
-            _figures(ctx, summary, meta, gpu_name, report_dir)
+        figures.append(_figure_data(ctx, summary, meta, configuration))
         line = [k["name"] for k in ctx["line"]]
         checked = summary[(summary.series == "check") & summary.kernel.isin(line)]
         here = {k["name"] for k in meta["kernels"]}
@@ -279,22 +279,30 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
                       "commits": commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")]),
                       # the line's kernels and the peers of the first configuration that do not run in this one
                       "absent": [name for name in first_runs if name not in here]})
+    (rows, sweep, emphasized, _), *others = figures
+    tflops_figure(rows, gpu_name, views[0][1]["case"], report_dir / FIGURES["tflops"],
+                  tuple((label, r) for r, _, _, label in others))
+    sweep_figure(sweep, parts[0]["order"], emphasized, gpu_name, views[0][1]["case"], report_dir / FIGURES["sweep"],
+                 tuple((label, w, e) for _, w, e, label in others))
     last = len(parts) - 1
     text = "".join(fill(template, **part, slug=slug, gpu_name=gpu_name, goals=goals if i == last and last else None)
                    for i, part in enumerate(parts))
     write_text(report_dir / "hopper.md", text)
 
 
-def _figures(ctx: dict, summary: pd.DataFrame, meta: dict, gpu_name: str, report_dir: Path) -> None:
-    """hopper_tflops.png and hopper_sweep.png of one configuration's view (context's `ctx`)."""
+def _figure_data(ctx: dict, summary: pd.DataFrame, meta: dict, configuration: dict | None) -> tuple:
+    """What the figures show of one configuration's view (context's `ctx`): its bars' rows, its sweep's
+    rows, the lines it emphasizes, and its label (the configuration's name; none for the first)."""
     names = set(ctx["order"])
     kinds = {k["name"]: k["kind"] for k in meta["kernels"]}
     rows = [{"name": n, "kind": kinds[n], "tflops": tflops_of(case_rows(summary), n), "published_tflops": None}
             for n in ctx["order"]]
-    tflops_figure(rows, gpu_name, meta["case"], report_dir / FIGURES["tflops"])
     sweep = summary[(summary.series == "sweep") & summary.kernel.isin(names)]
     timed = [s["name"] for s in ctx["steps"] if s["tflops"]]
     best = line_best(meta) or (timed[-1] if timed else None)  # a config without `headline`: the last timed
     emphasized = {**({best: "the line's best"} if best else {}),
                   **{n: "the goal's rival" for n in ctx["rivals"].values()}}
-    sweep_figure(sweep, ctx["order"], emphasized, gpu_name, meta["case"], report_dir / FIGURES["sweep"])
+    label = None
+    if configuration:
+        label = configuration["name"] + (" (FLOPs counted as half)" if configuration["mask"] == "causal" else "")
+    return rows, sweep, emphasized, label
