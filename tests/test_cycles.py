@@ -1,6 +1,7 @@
 """Cycle counts from ncu's raw page: kernels split into calls at the markers, a call's kernels summed,
 the median of the launches, each on inputs of its own, and the efficiency per cycle (V22's figure at
 S=8192 as first measured)."""
+import contextlib
 import csv
 import io
 from types import SimpleNamespace
@@ -144,6 +145,30 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
     assert holds == ["cycles v14", "ncu"]  # the lock taken for ncu's run alone
     ran_as["identity"] = {"cubin_sha256": "b" * 64}  # not the cubin that passed its check
     assert cli.main(args) == 1
+
+    def no_lock(what):  # the lock cannot be held: the stage fails, nothing recorded as ncu's
+        raise FlashbenchError("cannot open the GPU lock /nowhere/flashbench-gpu.lock")
+
+    out.unlink()
+    monkeypatch.setattr(cli, "_gpu_held", no_lock)
+    assert cli.main(args) == 1 and not out.exists()
+
+
+def test_count_holds_the_gpu_while_ncu_runs_the_driver_and_reads_its_report_after(monkeypatch):
+    held, calls = [], []
+
+    @contextlib.contextmanager
+    def hold():
+        held.append(True)
+        yield
+        held.pop()
+
+    monkeypatch.setattr(cycles, "run", lambda cmd, what: calls.append((what, bool(held))) or "")
+    monkeypatch.setattr(cycles, "raw_page", lambda ncu, report: calls.append(("ncu --page raw", bool(held))) or "")
+    monkeypatch.setattr(cycles, "parse_kernels", lambda raw: [])
+    monkeypatch.setattr(cycles, "version", lambda ncu: calls.append(("ncu --version", bool(held))) or "v")
+    cycles.count("ncu", ["--peer", "sdpa_cudnn"], [CASE], 3, progress=lambda m: None, hold=hold)
+    assert calls == [("ncu", True), ("ncu --page raw", False), ("ncu --version", False)]
 
 
 def test_each_profiled_launch_has_inputs_of_its_own_made_before_the_profiled_range():

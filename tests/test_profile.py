@@ -127,3 +127,29 @@ def test_stall_lines_rank_source_lines_and_measure_the_softmax():
     assert result["stall_samples"] == 100 and result["softmax_share"] == pytest.approx(0.6)
     assert [line["line"] for line in result["top_lines"]] == [softmax_line, 89, 70]
     assert result["top_lines"][0]["softmax"] and not result["top_lines"][1]["softmax"]
+
+
+def test_profile_holds_the_gpu_while_ncu_profiles_and_reads_its_report_after(monkeypatch, tmp_path):
+    import contextlib
+
+    from flashbench import profile as profile_module
+
+    held, calls = [], []
+
+    @contextlib.contextmanager
+    def hold():
+        held.append(True)
+        yield
+        held.pop()
+
+    monkeypatch.setattr(profile_module, "run", lambda cmd, what: calls.append((what, bool(held))) or "")
+    monkeypatch.setattr(profile_module, "raw_page", lambda ncu, report: calls.append(("ncu --page raw", bool(held))) or "")
+    monkeypatch.setattr(profile_module, "parse_raw", lambda raw: {})
+    monkeypatch.setattr(profile_module, "parse_sass_samples", lambda page: {})
+    monkeypatch.setattr(profile_module, "metrics_of", lambda raw: {})
+    monkeypatch.setattr(profile_module, "version", lambda ncu: "v")
+    monkeypatch.setattr(profile_module.shutil, "which", lambda name: None)  # no nvdisasm: the metrics alone
+    readings = profile_module.profile("ncu", tmp_path / "v14.cubin", tmp_path / "v14.json", tmp_path / "v14.cu",
+                                      config.Shape(1, 64, 1024, 128), progress=lambda m: None, hold=hold)
+    assert calls == [("ncu", True), ("ncu --page raw", False), ("ncu --page source", False)]
+    assert readings["lines_reason"].startswith("nvdisasm not found")

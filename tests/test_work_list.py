@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from flashbench import FlashbenchError
-from flashbench.work_list import block_tiles, key_tiles, order, section_heads, work_list
+from flashbench.work_list import (block_tiles, key_tiles, order, section_heads, share_out,
+                                  to_the_block_that_frees_first, work_list)
 
 BLOCKS = 132
 
@@ -62,6 +63,12 @@ def test_without_the_mask_the_blocks_take_the_tiles_in_turn_head_by_head():
     for b in (0, 5, 131):
         assert per_block[b].tolist() == head_by_head[b::BLOCKS].tolist()
     assert max(map(len, per_block)) - min(map(len, per_block)) <= 1
+
+
+def test_equal_tiles_go_to_the_blocks_in_turn_as_the_block_that_frees_first_would_take_them():
+    tiles, costs = order(8, 64, 1), np.full(512, 9)
+    in_turn, by_heap = share_out(tiles, costs, BLOCKS), to_the_block_that_frees_first(tiles, costs, BLOCKS)
+    assert [t.tolist() for t in in_turn] == [t.tolist() for t in by_heap]
 
 
 def test_a_list_refuses_what_the_kernel_cannot_name():

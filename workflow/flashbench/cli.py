@@ -104,6 +104,31 @@ def _gpu_held(what: str):
         yield
 
 
+class _NotHeld(FlashbenchError):
+    """The GPU could not be held (no GPU, no lock): the stage fails, where ncu's own failure is recorded."""
+
+
+def _held_for_ncu(what: str, state: dict):
+    """A `hold` for profile.profile and cycles.count: the GPU held while ncu runs, and the run's
+    provenance read before it is let go (into `state`); a failure to hold it raised as _NotHeld."""
+    from . import gpu
+
+    @contextmanager
+    def hold():
+        try:
+            held = _gpu_held(what)
+            held.__enter__()
+        except FlashbenchError as e:
+            raise _NotHeld(str(e)) from None
+        try:
+            yield
+            state["provenance"] = gpu.provenance()
+        finally:
+            held.__exit__(None, None, None)
+
+    return hold
+
+
 def _import_peer_libraries(a) -> None:
     """Before a stage waits for the GPU: the libraries of the peer it runs, if any (peers.import_libraries)."""
     if a.peer:
@@ -279,7 +304,6 @@ def cmd_launch_once(a) -> None:
 
 
 def cmd_profile(a) -> None:
-    from . import gpu
     from .profile import profile
 
     check = read_record(a.check, "check")
@@ -289,18 +313,18 @@ def cmd_profile(a) -> None:
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
     if not Path(record["source"]).is_file():  # where the stalls are read against
         raise FlashbenchError(f"{a.record}: its source {record['source']} is not there: run from the repository root")
-    shape = a.settings.case
-    gpu.require()  # a missing GPU fails the stage (below, an ncu that cannot profile is recorded)
+    shape, held = a.settings.case, {}
     try:  # the GPU held while ncu profiles; its report is read beside the next job's GPU work
         readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(record["source"]), shape, progress=_progress,
-                           hold=lambda: _gpu_held(f"profile {record['kernel']}"))
+                           hold=_held_for_ncu(f"profile {record['kernel']}", held))
+    except _NotHeld:
+        raise
     except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
         _write_record(a, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
         print(f"{check['kernel']}: not profiled, {e}")
         return
-    provenance = gpu.provenance()
     _write_record(a, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
-                       "cubin_sha256": record["cubin_sha256"], **readings, "provenance": provenance})
+                       "cubin_sha256": record["cubin_sha256"], **readings, "provenance": held["provenance"]})
     m = readings["metrics"]
     print(f"{record['kernel']}: " + ", ".join(f"{key} {m[key]}" for key in ("duration_us", "lsu_pipe_pct", "registers",
                                                                           "achieved_occupancy_pct")))
@@ -385,7 +409,6 @@ def cmd_cycles(a) -> None:
     driver ncu runs touches the GPU: it says what it ran, which must be what passed the check."""
     import tempfile
 
-    from . import gpu
     from .cycles import count, points
 
     settings = a.settings
@@ -393,15 +416,16 @@ def cmd_cycles(a) -> None:
     check = read_record(a.check, "check")
     if _refused(check, a, "counted"):
         return
-    configuration = settings.run(check["kernel"]).configuration.name
-    gpu.require()  # a missing GPU fails the stage (below, an ncu that cannot count is recorded)
+    configuration, held = settings.run(check["kernel"]).configuration.name, {}
     with tempfile.TemporaryDirectory() as tmp:  # the GPU held while ncu runs the driver alone
         identity_file = Path(tmp) / "identity.json"
         target = ["--settings", a.settings_file] + (["--peer", a.peer] if a.peer else ["--cubin", a.cubin, "--record", a.record]) \
             + ["--identity-out", str(identity_file)]
         try:
             kernels, ncu_version = count(a.ncu, target, settings.cycle_shapes(check["kernel"]), launches,
-                                         progress=_progress, hold=lambda: _gpu_held(f"cycles {check['kernel']}"))
+                                         progress=_progress, hold=_held_for_ncu(f"cycles {check['kernel']}", held))
+        except _NotHeld:
+            raise
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
             _write_record(a, {"kernel": check["kernel"], "configuration": configuration, "counted": False,
                                "reason": str(e)})
@@ -410,7 +434,7 @@ def cmd_cycles(a) -> None:
         ran = read_json(identity_file)
         _same_as_checked(check["kernel"], ran["identity"], check)
         readings = {"points": points(kernels, [Shape(**s) for s in ran["shapes"]], launches), "ncu": ncu_version}
-        provenance = gpu.provenance()
+        provenance = held["provenance"]
     _write_record(a, {"kernel": check["kernel"], "configuration": configuration, "counted": True, "reason": None,
                        **ran["identity"], "sm_count": provenance["sm_count"], **readings, "provenance": provenance})
     print(f"{check['kernel']}: " + ", ".join(f"S={p['S']} {p['cycles'] / 1e3:.1f}k cycles" for p in readings["points"]))

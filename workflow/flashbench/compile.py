@@ -199,7 +199,8 @@ CONTRACT_FIELDS = ("threads", "block_rows", "block_cols", "dynamic_smem_bytes", 
 def launch_contract(cubin: Path) -> dict:
     """The launch contract in `cubin`, as the launcher reads it: threads, tile shape, dynamic shared
     memory, head dim; the tensor maps a Hopper kernel takes (q, k, v and maybe o), and their rank where
-    they are by head (4, V25 on); for a persistent kernel, its blocks per SM; and whether it is causal."""
+    they are by head (4, V25 on); for a persistent kernel, its blocks per SM; whether it is causal; and
+    for one that walks a work list (V25 on), the bytes of K and V a section of its heads may hold."""
     try:
         raw = elf.symbol_bytes(cubin, CONTRACT_SYMBOL)
     except elf.NoSuchSymbol as e:

@@ -97,7 +97,8 @@ class AttentionKernel:
     def grid(self, row_tiles: int, heads: int) -> tuple[int, int]:
         """The grid a launch of the logical grid (row_tiles, heads) runs on: itself, or for a persistent
         kernel min(ctas_per_sm * SMs, work tiles) blocks (at least one: a wrong logical grid of no tiles
-        is still launched, and the kernel's guard traps)."""
+        is still launched, and the kernel's guard traps; one that walks a work list is refused before,
+        as no list has a work tile to give it)."""
         if not self.persistent:
             return row_tiles, heads
         ctas = self.contract["persistent"]["ctas_per_sm"] * self.sm_count
@@ -133,9 +134,10 @@ class AttentionKernel:
         """`calls` calls captured once into a CUDA graph; returns what replays it on the current stream.
         The launch's parameters (and a work list, which is copied to the GPU) are made before the capture."""
         cp = self.cp
+        params = None
         if "tensor_maps" in self.contract:
             B, H, S, _ = q.shape
-            self.params(q, k, v, o, S, B * H, self._scale_log2(None), heads_per_batch=H)
+            params = self.params(q, k, v, o, S, B * H, self._scale_log2(None), heads_per_batch=H)
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:
             stream.begin_capture()
@@ -144,7 +146,12 @@ class AttentionKernel:
                     self(q, k, v, o)
             finally:
                 graph = stream.end_capture()
-        return lambda: graph.launch(cp.cuda.get_current_stream())
+
+        def replay():
+            graph.launch(cp.cuda.get_current_stream())
+
+        replay.params = params  # the graph reads the work list by address: it lives as long as the replay
+        return replay
 
     def launch(self, row_tiles: int, heads: int, q, k, v, o, seq_len: int, scale: float | None = None,
                heads_per_batch: int | None = None) -> None:

@@ -12,6 +12,7 @@ has no kernel for the GPU, the peer is skipped (PeerUnavailable) and the report 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 
 from . import FlashbenchError, NoKernelForShape, attention
@@ -22,6 +23,7 @@ from .config import Peer, Shape
 NO_KERNEL = "No available kernel"
 FLASH_ATTN_CUTE = "flash_attn_cute"
 FLASH_ATTN_CUTE_CACHE = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"  # its compiled kernels kept on disk (FlashAttnCutePeer)
+_IMPORT_FAILURES: dict[str, str] = {}  # a backend -> why its library did not import first (import_libraries)
 # FlashAttention's CuTe DSL forward has a path per major compute capability (flash_attn.cute.interface)
 FLASH_ATTN_CUTE_PATHS = {8: "sm80 (Ampere)", 9: "sm90 (Hopper)", 10: "sm100 (Blackwell)", 11: "sm100 (Blackwell)",
                          12: "sm120 (Blackwell GeForce)"}
@@ -57,15 +59,18 @@ def libraries(peer: Peer) -> dict:
 def import_libraries(peer: Peer) -> None:
     """Import what `peer` runs on (torch, and flash_attn.cute for FlashAttention's), which touches no
     GPU: a stage does it before it waits for the GPU's lock, beside the job that holds the GPU. One
-    that does not import is left to the peer's making, which says why."""
+    that does not import is left to the peer's making, which says why (FlashAttention's: this first
+    failure, as a second import can fail otherwise, past the modules the first left loaded)."""
     try:
-        import torch  # noqa: F401
-
-        if peer.backend == FLASH_ATTN_CUTE:
-            os.environ.setdefault(FLASH_ATTN_CUTE_CACHE, "1")
-            import flash_attn.cute  # noqa: F401
-    except Exception:  # the DSL's own imports (its CUDA libraries) fail in many ways
-        pass
+        importlib.import_module("torch")
+    except Exception:
+        return
+    if peer.backend == FLASH_ATTN_CUTE:
+        os.environ.setdefault(FLASH_ATTN_CUTE_CACHE, "1")
+        try:
+            importlib.import_module("flash_attn.cute")
+        except Exception as e:  # the DSL's own imports (its CUDA libraries) fail in many ways
+            _IMPORT_FAILURES[FLASH_ATTN_CUTE] = f"{type(e).__name__}: {e}"
 
 
 def require(peer: Peer) -> None:
@@ -222,7 +227,8 @@ class FlashAttnCutePeer(_TorchBacked):
         try:
             from flash_attn.cute import flash_attn_func
         except Exception as e:  # the DSL's own imports (its CUDA libraries) fail in many ways
-            raise PeerUnavailable(f"flash_attn.cute does not import: {type(e).__name__}: {e}") from None
+            why = _IMPORT_FAILURES.get(FLASH_ATTN_CUTE, f"{type(e).__name__}: {e}")
+            raise PeerUnavailable(f"flash_attn.cute does not import: {why}") from None
         major, minor = self.torch.cuda.get_device_capability()
         self.path = FLASH_ATTN_CUTE_PATHS.get(major)
         if self.path is None:

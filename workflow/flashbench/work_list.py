@@ -51,8 +51,13 @@ def order(row_tiles: int, batch_heads: int, heads_per_section: int) -> np.ndarra
 
 def share_out(tiles: np.ndarray, costs: np.ndarray, blocks: int) -> list[np.ndarray]:
     """Each of `tiles` in turn to the block that frees first, by `costs`; returns each block's tiles."""
-    if np.all(costs == costs[0]):  # equal tiles: the blocks in turn, as the greedy rule gives them
+    if np.all(costs == costs[0]):  # equal tiles: the blocks in turn, as the rule gives them
         return [tiles[b::blocks] for b in range(blocks)]
+    return to_the_block_that_frees_first(tiles, costs, blocks)
+
+
+def to_the_block_that_frees_first(tiles: np.ndarray, costs: np.ndarray, blocks: int) -> list[np.ndarray]:
+    """share_out's rule, one tile at a time: a heap of the blocks by when each frees."""
     free = [(0, b) for b in range(blocks)]
     taken = [[] for _ in range(blocks)]
     for tile, cost in zip(tiles.tolist(), costs.tolist()):
@@ -79,6 +84,6 @@ def work_list(row_tiles: int, batch_heads: int, blocks: int, seq_len: int, head_
 
 
 def block_tiles(listed: np.ndarray, blocks: int) -> list[np.ndarray]:
-    """A list read back as the kernel reads it: each block's work tiles (tests, and the list's own check)."""
+    """A list read back as the kernel reads it: each block's work tiles."""
     offsets, entries = listed[: blocks + 1], listed[blocks + 1:]
     return [entries[offsets[b]:offsets[b + 1]] for b in range(blocks)]
