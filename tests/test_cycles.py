@@ -1,7 +1,6 @@
 """Cycle counts from ncu's raw page: kernels split into calls at the markers, a call's kernels summed,
 the median of the launches, each on inputs of its own, and the efficiency per cycle (V22's figure at
 S=8192 as first measured)."""
-import contextlib
 import csv
 import io
 from types import SimpleNamespace
@@ -11,7 +10,7 @@ import pytest
 from flashbench import FlashbenchError, cycles
 from flashbench.config import Shape
 
-from conftest import with_stub
+from conftest import LockWatch, with_stub
 
 CASE = Shape(1, 64, 1024, 128)
 LONG = Shape(1, 64, 8192, 128)
@@ -155,20 +154,13 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
 
 
 def test_count_holds_the_gpu_while_ncu_runs_the_driver_and_reads_its_report_after(monkeypatch):
-    held, calls = [], []
-
-    @contextlib.contextmanager
-    def hold():
-        held.append(True)
-        yield
-        held.pop()
-
-    monkeypatch.setattr(cycles, "run", lambda cmd, what: calls.append((what, bool(held))) or "")
-    monkeypatch.setattr(cycles, "raw_page", lambda ncu, report: calls.append(("ncu --page raw", bool(held))) or "")
+    lock = LockWatch()
+    monkeypatch.setattr(cycles, "run", lambda cmd, what: lock.step(what))
+    monkeypatch.setattr(cycles, "raw_page", lambda ncu, report: lock.step("ncu --page raw"))
     monkeypatch.setattr(cycles, "parse_kernels", lambda raw: [])
-    monkeypatch.setattr(cycles, "version", lambda ncu: calls.append(("ncu --version", bool(held))) or "v")
-    cycles.count("ncu", ["--peer", "sdpa_cudnn"], [CASE], 3, progress=lambda m: None, hold=hold)
-    assert calls == [("ncu", True), ("ncu --page raw", False), ("ncu --version", False)]
+    monkeypatch.setattr(cycles, "version", lambda ncu: lock.step("ncu --version", "v"))
+    cycles.count("ncu", ["--peer", "sdpa_cudnn"], [CASE], 3, progress=lambda m: None, hold=lock.hold)
+    assert lock.steps == [("ncu", True), ("ncu --page raw", False), ("ncu --version", False)]
 
 
 def test_each_profiled_launch_has_inputs_of_its_own_made_before_the_profiled_range():

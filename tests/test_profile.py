@@ -6,7 +6,7 @@ from flashbench import config
 from flashbench.profile import (METRICS, STALL_METRIC, STALLS, chain_map, line_map, metrics_of, parse_raw,
                                 parse_sass_samples, section_lines, softmax_lines, stall_lines)
 
-from conftest import ROOT
+from conftest import ROOT, LockWatch
 
 KERNEL_SOURCES = sorted({k.source for k in config.load(ROOT / "config.yaml").kernels})
 
@@ -130,26 +130,17 @@ def test_stall_lines_rank_source_lines_and_measure_the_softmax():
 
 
 def test_profile_holds_the_gpu_while_ncu_profiles_and_reads_its_report_after(monkeypatch, tmp_path):
-    import contextlib
-
     from flashbench import profile as profile_module
 
-    held, calls = [], []
-
-    @contextlib.contextmanager
-    def hold():
-        held.append(True)
-        yield
-        held.pop()
-
-    monkeypatch.setattr(profile_module, "run", lambda cmd, what: calls.append((what, bool(held))) or "")
-    monkeypatch.setattr(profile_module, "raw_page", lambda ncu, report: calls.append(("ncu --page raw", bool(held))) or "")
+    lock = LockWatch()
+    monkeypatch.setattr(profile_module, "run", lambda cmd, what: lock.step(what))
+    monkeypatch.setattr(profile_module, "raw_page", lambda ncu, report: lock.step("ncu --page raw"))
     monkeypatch.setattr(profile_module, "parse_raw", lambda raw: {})
     monkeypatch.setattr(profile_module, "parse_sass_samples", lambda page: {})
     monkeypatch.setattr(profile_module, "metrics_of", lambda raw: {})
     monkeypatch.setattr(profile_module, "version", lambda ncu: "v")
     monkeypatch.setattr(profile_module.shutil, "which", lambda name: None)  # no nvdisasm: the metrics alone
     readings = profile_module.profile("ncu", tmp_path / "v14.cubin", tmp_path / "v14.json", tmp_path / "v14.cu",
-                                      config.Shape(1, 64, 1024, 128), progress=lambda m: None, hold=hold)
-    assert calls == [("ncu", True), ("ncu --page raw", False), ("ncu --page source", False)]
+                                      config.Shape(1, 64, 1024, 128), progress=lambda m: None, hold=lock.hold)
+    assert lock.steps == [("ncu", True), ("ncu --page raw", False), ("ncu --page source", False)]
     assert readings["lines_reason"].startswith("nvdisasm not found")

@@ -15,7 +15,7 @@ import os
 import shutil
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -115,26 +115,26 @@ def _held_for_ncu(what: str, state: dict):
 
     @contextmanager
     def hold():
-        try:
-            held = _gpu_held(what)
-            held.__enter__()
-        except FlashbenchError as e:
-            raise _NotHeld(str(e)) from None
-        try:
+        with ExitStack() as held:
+            try:
+                held.enter_context(_gpu_held(what))
+            except FlashbenchError as e:
+                raise _NotHeld(str(e)) from None
             yield
             state["provenance"] = gpu.provenance()
-        finally:
-            held.__exit__(None, None, None)
 
     return hold
 
 
-def _import_peer_libraries(a) -> None:
-    """Before a stage waits for the GPU: the libraries of the peer it runs, if any (peers.import_libraries)."""
-    if a.peer:
-        from .peers import import_libraries
+def _import_peer_libraries(settings, names: list[str]) -> None:
+    """Before a stage waits for the GPU: the libraries of the peer runs among `names` (a kernel build
+    has none; peers.import_libraries)."""
+    from .peers import import_libraries
 
-        import_libraries(_peer_of(a))
+    peer_runs = {run.name: run for run in settings.peer_runs()}
+    for name in names:
+        if name in peer_runs:
+            import_libraries(settings.peer(peer_runs[name].of))
 
 
 def _kernel(a):
@@ -206,7 +206,7 @@ def cmd_check(a) -> None:
             _runnable_here(a.record)
     except (PeerUnavailable, NotRunnableHere) as e:
         return skipped(e)
-    _import_peer_libraries(a)
+    _import_peer_libraries(settings, [run.name])
     with _gpu_held(f"check {_name(a)}"):
         try:
             kernel = _kernel(a)
@@ -250,7 +250,7 @@ def _timed(a, what: str, run) -> None:
     check = read_record(a.check, "check")
     if _refused(check, a):
         return
-    _import_peer_libraries(a)
+    _import_peer_libraries(a.settings, [check["kernel"]])
     with _gpu_held(f"{what} {check['kernel']}"):
         kernel = _kernel(a)
         _same_as_checked(kernel.name, kernel.identity, check)
@@ -366,11 +366,7 @@ def cmd_head_to_head(a) -> None:
             admitted.append((name, check))
         else:
             excluded[name] = check["reason"] if check.get("skipped") else f"failed its check: {check['reason']}"
-    from .peers import import_libraries
-
-    for name, _ in admitted:  # before the wait for the GPU (peers.import_libraries)
-        if name not in cubins:
-            import_libraries(settings.peer(settings.run(name).of))
+    _import_peer_libraries(settings, [name for name, _ in admitted])
     with _gpu_held(f"head-to-head {shape}"):
         import cupy as cp
 

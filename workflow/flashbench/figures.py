@@ -122,17 +122,14 @@ def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path,
                   other_configurations: tuple[tuple[str, list[dict]], ...] = ()) -> None:
     """Bars of measured TFLOPS per kernel and peer, the write-up's B300 figures beside them; each of
     `other_configurations` (its label, and rows as `rows` of what runs in it) a bar of its own."""
-    bars = []
-    for label, measured in (("", rows), *other_configurations):
-        for r in measured:
-            if r["tflops"] is not None:
-                bars.append({"kernel": r["name"], "TFLOPS": r["tflops"],
-                             "source": f"measured, {gpu_name}" + (f", {label}" if label else "")})
+    every = [(label, r) for label, measured in (("", rows), *other_configurations) for r in measured]
+    bars = [{"kernel": r["name"], "TFLOPS": r["tflops"],
+             "source": f"measured, {gpu_name}" + (f", {label}" if label else "")}
+            for label, r in every if r["tflops"] is not None]
     bars += [{"kernel": r["name"], "TFLOPS": r["published_tflops"], "source": PUBLISHED}
              for r in rows if r["published_tflops"] is not None]
-    every = [r for _, measured in (("", rows), *other_configurations) for r in measured]
-    order = list(dict.fromkeys(r["name"] for r in every))
-    bars_figure(bars, order, {r["name"]: r["kind"] for r in every},
+    order = list(dict.fromkeys(r["name"] for _, r in every))
+    bars_figure(bars, order, {r["name"]: r["kind"] for _, r in every},
                 f"Attention forward, B={case['B']} H={case['H']} S={case['S']} D={case['D']}, fp16", path)
 
 
@@ -143,23 +140,23 @@ def sweep_figure(sweep: pd.DataFrame, order: list[str], emphasized: dict[str, st
     label, its sweep rows and its emphasized) in a panel of its own below, each name in the same style."""
     import matplotlib
 
-    panels = (("", sweep, emphasized), *other_configurations)
+    panels = [(label, rows.dropna(subset=["tflops"]), marked)
+              for label, rows, marked in (("", sweep, emphasized), *other_configurations)]
     with matplotlib.rc_context(FONT):
         fig, axes = _axes(11.0, 5.6, rows=len(panels))
-        timed_all = pd.concat([s.dropna(subset=["tflops"]) for _, s, _ in panels])
+        timed_all = pd.concat([timed for _, timed, _ in panels])
         kinds = dict(zip(timed_all.kernel, timed_all.kind))
         names = [n for n in order if n in kinds] + [n for n in dict.fromkeys(timed_all.kernel) if n not in order]
         styles = line_styles(names, kinds, {n: why for _, _, e in panels for n, why in e.items()})
-        for ax, (label, panel, marked) in zip(np.atleast_1d(axes), panels):
-            title = f"TFLOPS against S on the {gpu_name}, B={case['B']} H={case['H']} D={case['D']}"
-            _sweep_panel(ax, panel.dropna(subset=["tflops"]), names, kinds, styles, marked,
-                         title + (f", {label}" if label else ""))
+        title = f"TFLOPS against S on the {gpu_name}, B={case['B']} H={case['H']} D={case['D']}"
+        for ax, (label, timed, marked) in zip(np.atleast_1d(axes), panels):
+            _sweep_panel(ax, timed, names, kinds, styles, marked, title + (f", {label}" if label else ""))
         _save(fig, path)
 
 
 def _sweep_panel(ax, timed: pd.DataFrame, names: list[str], kinds: dict, styles: dict, emphasized: dict[str, str],
                  title: str) -> None:
-    """One panel of sweep_figure: the lines of `names` that `timed` has."""
+    """One panel of sweep_figure: the lines of `names` that `timed` (its timed rows) has."""
     from matplotlib.lines import Line2D
 
     if timed.empty:

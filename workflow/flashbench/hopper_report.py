@@ -292,7 +292,8 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
 
 def _figure_data(ctx: dict, summary: pd.DataFrame, meta: dict, configuration: dict | None) -> tuple:
     """What the figures show of one configuration's view (context's `ctx`): its bars' rows, its sweep's
-    rows, the lines it emphasizes, and its label (the configuration's name; none for the first)."""
+    rows, the lines it emphasizes, and its label (the configuration's name; None for an archive without
+    configurations). The figures label every configuration but the first."""
     names = set(ctx["order"])
     kinds = {k["name"]: k["kind"] for k in meta["kernels"]}
     rows = [{"name": n, "kind": kinds[n], "tflops": tflops_of(case_rows(summary), n), "published_tflops": None}

@@ -12,8 +12,8 @@ parameters after its tensor maps; its blocks walk the row tiles * heads work til
 A contract with `tensor_map_rank` 4 (V25 on) takes its maps by head ([B][H][S][D]), so any S: its
 logical grid is ceil(S / block_rows) row tiles, and it takes the heads per batch H after B*H. One with
 `causal` masks the keys after each query: it runs the causal configuration only. One with `work_list`
-takes, after those, the list of work tiles each of its blocks walks (work_list.py), made here once per
-grid and shape."""
+takes, after those, the list of work tiles each of its blocks walks (work_list.py), made here with its
+parameter block."""
 from __future__ import annotations
 
 import math
@@ -48,7 +48,6 @@ class AttentionKernel:
         if record["static_smem_bytes"] + self.dynamic_smem > 48 * 1024:  # beyond the default: the opt-in
             self.function.max_dynamic_shared_size_bytes = self.dynamic_smem
         self._params = {}
-        self._work_lists = {}
 
     def activate(self) -> None:
         """Nothing to set before this kernel's calls (a peer may have process-wide switches to set)."""
@@ -185,28 +184,23 @@ class AttentionKernel:
         key = (*(_address(a) for a in (q, k, v, o)), seq_len, heads, scale_log2, row_tiles, heads_per_batch or heads)
         params = self._params.get(key)
         if params is None:
-            listed = self.work_list(row_tiles, heads, seq_len) if "work_list" in self.contract else None
-            params = _tensor_map_params(self.contract, *key, work_list=listed)
+            params = _tensor_map_params(self.contract, *key, work_list=self._work_list(row_tiles, heads, seq_len))
             if len(self._params) >= 16:  # a sweep's shapes; an old entry is only ever reused for equal arrays
                 self._params.clear()
             self._params[key] = params
         return params
 
-    def work_list(self, row_tiles: int, heads: int, seq_len: int):
-        """The work list (on the GPU) of the logical grid (row_tiles, heads) at S = seq_len, for this
-        kernel's grid: made once per grid and shape (work_list.py)."""
-        key = (row_tiles, heads, seq_len, self.grid(row_tiles, heads)[0])
-        listed = self._work_lists.get(key)
-        if listed is None:
-            from .work_list import work_list
+    def _work_list(self, row_tiles: int, heads: int, seq_len: int):
+        """For a kernel that walks one, the work list (on the GPU) of the logical grid (row_tiles, heads)
+        at S = seq_len for this kernel's grid (work_list.py), which its parameter block holds; else None."""
+        if "work_list" not in self.contract:
+            return None
+        from .work_list import work_list
 
-            c = self.contract
-            listed = self.cp.asarray(work_list(row_tiles, heads, key[3], seq_len, c["head_dim"], c["block_rows"],
-                                               c["block_cols"], self.causal, c["work_list"]["l2_section_bytes"]))
-            if len(self._work_lists) >= 16:  # as the parameter blocks: a sweep's shapes
-                self._work_lists.clear()
-            self._work_lists[key] = listed
-        return listed
+        c = self.contract
+        blocks = self.grid(row_tiles, heads)[0]
+        return self.cp.asarray(work_list(row_tiles, heads, blocks, seq_len, c["head_dim"], c["block_rows"],
+                                         c["block_cols"], self.causal, c["work_list"]["l2_section_bytes"]))
 
 
 def _address(a) -> int:

@@ -23,7 +23,6 @@ from .config import Peer, Shape
 NO_KERNEL = "No available kernel"
 FLASH_ATTN_CUTE = "flash_attn_cute"
 FLASH_ATTN_CUTE_CACHE = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"  # its compiled kernels kept on disk (FlashAttnCutePeer)
-_IMPORT_FAILURES: dict[str, str] = {}  # a backend -> why its library did not import first (import_libraries)
 # FlashAttention's CuTe DSL forward has a path per major compute capability (flash_attn.cute.interface)
 FLASH_ATTN_CUTE_PATHS = {8: "sm80 (Ampere)", 9: "sm90 (Hopper)", 10: "sm100 (Blackwell)", 11: "sm100 (Blackwell)",
                          12: "sm120 (Blackwell GeForce)"}
@@ -59,18 +58,29 @@ def libraries(peer: Peer) -> dict:
 def import_libraries(peer: Peer) -> None:
     """Import what `peer` runs on (torch, and flash_attn.cute for FlashAttention's), which touches no
     GPU: a stage does it before it waits for the GPU's lock, beside the job that holds the GPU. One
-    that does not import is left to the peer's making, which says why (FlashAttention's: this first
-    failure, as a second import can fail otherwise, past the modules the first left loaded)."""
+    that does not import is left to the peer's making, which says why."""
     try:
         importlib.import_module("torch")
+        if peer.backend == FLASH_ATTN_CUTE:
+            _flash_attn_cute()
     except Exception:
-        return
-    if peer.backend == FLASH_ATTN_CUTE:
-        os.environ.setdefault(FLASH_ATTN_CUTE_CACHE, "1")
+        pass
+
+
+_flash_attn_cute_failure: list[str] = []  # why flash_attn.cute did not import, the first time
+
+
+def _flash_attn_cute():
+    """flash_attn.cute, its disk cache of compiled kernels switched on unless the environment says
+    otherwise; where it does not import, PeerUnavailable with the first failure's reason (a second
+    import can fail otherwise, past the modules the first left loaded)."""
+    if not _flash_attn_cute_failure:
+        os.environ.setdefault(FLASH_ATTN_CUTE_CACHE, "1")  # read when flash_attn.cute imports
         try:
-            importlib.import_module("flash_attn.cute")
+            return importlib.import_module("flash_attn.cute")
         except Exception as e:  # the DSL's own imports (its CUDA libraries) fail in many ways
-            _IMPORT_FAILURES[FLASH_ATTN_CUTE] = f"{type(e).__name__}: {e}"
+            _flash_attn_cute_failure.append(f"{type(e).__name__}: {e}")
+    raise PeerUnavailable(f"flash_attn.cute does not import: {_flash_attn_cute_failure[0]}")
 
 
 def require(peer: Peer) -> None:
@@ -223,12 +233,7 @@ class FlashAttnCutePeer(_TorchBacked):
 
     def __init__(self, peer: Peer, causal: bool = False):
         super().__init__(peer, causal)
-        os.environ.setdefault(FLASH_ATTN_CUTE_CACHE, "1")  # read when flash_attn.cute imports
-        try:
-            from flash_attn.cute import flash_attn_func
-        except Exception as e:  # the DSL's own imports (its CUDA libraries) fail in many ways
-            why = _IMPORT_FAILURES.get(FLASH_ATTN_CUTE, f"{type(e).__name__}: {e}")
-            raise PeerUnavailable(f"flash_attn.cute does not import: {why}") from None
+        flash_attn_func = _flash_attn_cute().flash_attn_func
         major, minor = self.torch.cuda.get_device_capability()
         self.path = FLASH_ATTN_CUTE_PATHS.get(major)
         if self.path is None:
