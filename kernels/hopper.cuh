@@ -276,11 +276,15 @@ struct Ring {
 };
 
 // ---- the persistent grid's work tiles, in the order the launch lists them (V25 on) ---------------
-// A work tile is one row tile of one head, named w = batch_head * row_tiles + row_tile. The launch
-// makes the list (flashbench/work_list.py: longest first, in sections of heads that share their K
-// and V in L2, each work tile to the block that frees first): `order` holds the grid's G + 1
-// offsets, then every block's work tiles, block after block; block b's are entries order[b] ..
-// order[b + 1] - 1 after the offsets. Each role of a block reads its own way through them. What a
+// A work tile is one row tile of one head. The launch makes the list (flashbench/work_list.py: longest
+// first, in sections of heads that share their K and V in L2, each work tile to the block that frees
+// first) in records of four ints, one 16-byte load each, for a grid of G blocks:
+//   records 0 .. G-1   block b's first work tile: {row tile, head, batch, begin(b)}
+//   record G           {G, the work tiles, 0, begin(G)}: the grid and the count it was made for
+//   records G+1 ..     each block's other work tiles {row tile, head, batch, 0}, block after block:
+//                      block b's are records G + 1 + begin(b) .. G + begin(b + 1)
+// So a block's first read is its own first work tile, the next block's begin and record G, at places
+// known without another read: one round trip before its first load, not one per value read. What a
 // whole warp reads, it reads through a shuffle from lane 0 (as V20's warpgroup index), so that the
 // compiler holds it, and all that follows from it (a work tile's key tiles, the K/V ring's stage, the
 // wgmma descriptors made from that), in uniform registers.
@@ -288,28 +292,43 @@ struct WorkTile {
   int row_tile, head, batch;
 };
 struct WorkList {
-  const int* tiles;  // this block's work tiles
-  int count, row_tiles, heads;
-  // By every thread of the block, before the roles split.
-  __device__ __forceinline__ static WorkList of_this_block(const int* order, int row_tiles, int heads) {
-    const int first = __shfl_sync(0xffffffff, __ldg(order + blockIdx.x), 0);
-    const int end = __shfl_sync(0xffffffff, __ldg(order + blockIdx.x + 1), 0);
-    return {order + gridDim.x + 1 + first, end - first, row_tiles, heads};
+  WorkTile first;       // this block's first work tile
+  const int4* others;   // its others, in order
+  int count;
+  // The three records a block starts from, as loaded by every thread: issued at the kernel's top, so that
+  // the set-up before the roles split runs while they are in flight.
+  struct Head {
+    int4 mine;
+    int next_begin;
+    int2 made_for;
+  };
+  __device__ __forceinline__ static Head head_of_this_block(const int4* list) {
+    return {__ldg(list + blockIdx.x), __ldg(&list[blockIdx.x + 1].w),
+            __ldg(reinterpret_cast<const int2*>(list + gridDim.x))};
   }
-  // The work tile this block takes in its round `round` (< count), read by one thread; by a whole
-  // warp. (A loop over the rounds runs to `count`: one whose test is the tile read would hold its
-  // whole body, the ring and the descriptors, in ordinary registers.)
-  __device__ __forceinline__ int tile(int round) const { return __ldg(tiles + round); }
-  __device__ __forceinline__ int tile_by_warp(int round) const { return __shfl_sync(0xffffffff, tile(round), 0); }
-  __device__ __forceinline__ WorkTile operator[](int w) const {
-    const int batch_head = w / row_tiles;
-    return {w - batch_head * row_tiles, batch_head % heads, batch_head / heads};
+  // By every thread, before the roles split: traps on a list made for another grid or work tile count.
+  __device__ __forceinline__ static WorkList of_this_block(const int4* list, const Head& head, int work_tiles) {
+    if (head.made_for.x != int(gridDim.x) || head.made_for.y != work_tiles) __trap();
+    const int begin = __shfl_sync(0xffffffff, head.mine.w, 0);
+    const WorkTile first{__shfl_sync(0xffffffff, head.mine.x, 0), __shfl_sync(0xffffffff, head.mine.y, 0),
+                         __shfl_sync(0xffffffff, head.mine.z, 0)};
+    return {first, list + gridDim.x + 1 + begin, 1 + __shfl_sync(0xffffffff, head.next_begin, 0) - begin};
+  }
+  // The work tile this block takes in its round `round` (< count), read by one thread. (A loop over the
+  // rounds runs to `count`: one whose test is the tile read would hold its whole body, the ring and the
+  // descriptors, in ordinary registers.)
+  __device__ __forceinline__ WorkTile tile(int round) const {
+    if (round == 0) return first;
+    const int4 r = __ldg(others + round - 1);
+    return {r.x, r.y, r.z};
+  }
+  // The same, by a whole warp.
+  __device__ __forceinline__ WorkTile tile_by_warp(int round) const {
+    const WorkTile t = tile(round);
+    return {__shfl_sync(0xffffffff, t.row_tile, 0), __shfl_sync(0xffffffff, t.head, 0),
+            __shfl_sync(0xffffffff, t.batch, 0)};
   }
 };
-// A list made for this grid and this many work tiles: its offsets start at 0 and end at the count.
-__device__ __forceinline__ void require_work_list(const int* order, int work_tiles) {
-  if (order[0] != 0 || order[gridDim.x] != work_tiles) __trap();
-}
 
 // ---- epilogue: a warpgroup's 64 rows of O, normalised, into the swizzled O tile (V19 on) -------------
 // stmatrix x4 number j writes head columns 16j..16j+15 of the warp's 16 rows: its four 8x8 matrices
@@ -381,11 +400,11 @@ __device__ __forceinline__ void require_head_tiles_cover(int seq_len, int row_ti
 // FLASH_LAUNCH_CONTRACT_HEAD_MAPS (V25 on): a persistent kernel on 4-D maps over q, k, v and o, each
 // {D, S, H, B} by head (box {64 columns, box rows, 1, 1}); it takes any S, and masks keys after each
 // query where `causal`. After the maps it takes the logical grid, the heads per batch and the work
-// list the launch makes for its grid (WorkList; sections of heads whose K and V fit in
+// list the launch makes for its grid (WorkList, its records; sections of heads whose K and V fit in
 // l2_section_bytes, 0: one head a section):
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles,
 //                           batch_heads, heads, work_list)
-// with row_tiles = ceil(S / block_rows), batch_heads = B*H (require_head_tiles_cover, require_work_list).
+// with row_tiles = ceil(S / block_rows), batch_heads = B*H (require_head_tiles_cover, WorkList::of_this_block).
 #define FLASH_LAUNCH_CONTRACT_HEAD_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, q_box_rows, \
                                         kv_box_rows, o_box_rows, ctas_per_sm, causal, l2_section_bytes)             \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, 4,                   \

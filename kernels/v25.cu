@@ -3,14 +3,17 @@
 // Configuration, at compile time: FLASH_CAUSAL (0 or 1; keys after each query are masked) and D = 128.
 // Any S: Q, K, V and O are read and written through 4-D tensor maps by head ({D, S, H, B}), whose
 // bound on S fills a box that reaches past the last row with zeros and clips the O stores; keys at
-// or past S are masked in the last key tile.
+// or past S are masked in the last key tile, and its PV multiplies only the 32 or 64 keys before S
+// where those are all (QK stays 128 wide: a narrower QK in a branch had ptxas serialize every wgmma).
 // Causal: row tile r (rows 128r..128r+127) needs key tiles 0..r only (Br = Bc): the tiles wholly
 // above the diagonal are never loaded or multiplied, and the mask is applied on the diagonal tile
 // alone (the last of a work tile).
 // Work tiles: each block walks the list the launch made for its grid (hopper.cuh's WorkList,
 //   flashbench/work_list.py): longest first, in sections of heads whose K and V fit in
 //   kL2SectionBytes of L2 under the mask (one head a section without it: V24's order, the row tiles
-//   from the last), each work tile to the block that frees first.
+//   from the last), each work tile to the block that frees first. A block's first work tile and its
+//   count are read in one round trip at the kernel's top, under the barriers' set-up; each work tile
+//   names its row tile, head and batch (no division).
 // Choice: under the mask, a list made at launch, not rounds of the grid's blocks: fixed rounds (in a
 //   snake) with 32 MB sections took 25% more cycles at S = 4096 than with 128 MB (NOTES), as they left
 //   the most loaded block 29% above the mean there; by the list's cost model, each work tile to the
@@ -39,7 +42,8 @@
 //       wait Q | batch 0: QK(0) | softmax(0)
 //       batch j = 1 .. n-1: wait K(j), V(j-1) | pack P(j-1), rescale O | turn: QK(j), PV(j-1) |
 //                           softmax(j) overlapping PV(j-1); release K(j), V(j-2)
-//       batch n: PV(n-1) | release V(n-1), and Q after the last QK
+//       batch n: PV(n-1), over the keys before S only (32, 64 or 128: P is 0 past S) | release V(n-1),
+//                and Q after the last QK
 //       epilogue: O / row sums -> the O tile (stmatrix) -> TMA store of the warpgroup's 64 rows
 //     softmax(j) masks first on a tile the diagonal or S crosses; it takes exp against the running
 //     m (V23), moves m only past 2^8 (V22), and multiplies S again on the FMA pipe where P overflows.
@@ -118,7 +122,8 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
                         half* __restrict__ o, int seq_len, float scale_log2, const __grid_constant__ CUtensorMap tmap_q,
                         const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
                         const __grid_constant__ CUtensorMap tmap_o, int row_tiles, int batch_heads, int heads,
-                        const int* __restrict__ work_list) {
+                        const int4* __restrict__ work_list) {
+  const WorkList::Head list_head = WorkList::head_of_this_block(work_list);  // in flight under the set-up
   require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kBr);
 
   extern __shared__ unsigned char smem_raw[];
@@ -126,11 +131,9 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       *reinterpret_cast<SharedStorage*>(smem_raw + (kAtomBytes - smem_addr(smem_raw) % kAtomBytes) % kAtomBytes);
 
   const int thread = threadIdx.x, wg = thread / 128, warp = (thread / 32) % 4, lane = thread % 32;
-  const WorkList work = WorkList::of_this_block(work_list, row_tiles, heads);
 
   // ---- barriers, before the roles split ---------------------------------------------------------
   if (thread == 0) {
-    require_work_list(work_list, row_tiles * batch_heads);
     tma_prefetch_map(&tmap_q), tma_prefetch_map(&tmap_k), tma_prefetch_map(&tmap_v), tma_prefetch_map(&tmap_o);
     for (int c = 0; c < kConsumerWarpgroups; ++c) {
       mbar_init(&smem.q_full[c], 1);
@@ -144,6 +147,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     }
     mbar_fence_init();
   }
+  const WorkList work = WorkList::of_this_block(work_list, list_head, row_tiles * batch_heads);
   __syncthreads();  // the last block-wide barrier: after it, each role goes its own way
 
   if (wg == 0) {
@@ -179,7 +183,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       WorkTile previous{};
       int previous_tile = -1;  // the key tile whose V is still to load
       for (int round = 0; round < work.count; ++round) {
-        const WorkTile t = work[work.tile(round)];
+        const WorkTile t = work.tile(round);
         for (int tile = 0; tile < key_tiles(t.row_tile, seq_len); ++tile) {
           load_k(t, tile);
           if (previous_tile >= 0) load_v(previous, previous_tile);
@@ -221,14 +225,27 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         wgmma_m64n128k16_ss(s_acc, desc_advance(q_desc0, qk_step(ks, kBr)), desc_advance(k_desc0, qk_step(ks, kBc)),
                             ks > 0);
     };
-    // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
-    // B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
+    using AllKeys = std::integral_constant<int, kBc>;  // the keys of a product: all, or on a last tile fewer
+    // O += P V: 64 rows x 128 head columns, a wgmma k16 step per 16 of the kKeys keys. V is [keys][head
+    // dims]: B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
     // 128 B apart, 8-key groups SBO = 1024 B apart.
-    const auto issue_pv = [&](int stage) {
+    const auto issue_pv = [&](int stage, auto keys) {
+      constexpr int kKeys = decltype(keys)::value;
       const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
 #pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk)
+      for (int kk = 0; kk < kKeys / 16; ++kk)
         wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
+    };
+    // The keys of key tile `tile` that PV multiplies: those before S, rounded up to 32, 64 or 128 (P is 0
+    // past S). Fewer than 128 only on the tile S ends in, where S is not a multiple of it.
+    const auto keys_width = [&](int tile) {
+      const int before_s = seq_len - tile * kBc;
+      return before_s <= 32 ? 32 : before_s <= 64 ? 64 : kBc;
+    };
+    const auto at_width = [](int width, auto&& product) {
+      if (width == 32) product(std::integral_constant<int, 32>{});
+      else if (width == 64) product(std::integral_constant<int, 64>{});
+      else product(AllKeys{});
     };
     // Before a batch: the registers its wgmma write or read were last touched by ordinary code.
     const auto batch_begin = [&] {
@@ -376,7 +393,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     Ring<kStages> ring;  // the next K/V tile to multiply, running over the work tiles
     uint32_t q_phase = 0;  // parity of the block's current work tile
     for (int round = 0; round < work.count; ++round) {
-      const WorkTile t = work[work.tile_by_warp(round)];
+      const WorkTile t = work.tile_by_warp(round);
       const int tiles = key_tiles(t.row_tile, seq_len);
       const bool first_work_tile = round == 0, last_work_tile = round + 1 == work.count;
 #pragma unroll
@@ -422,7 +439,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         batch_begin();  // one fence for both products: P and O were written by ordinary instructions
         issue_qk(ring.stage);
         wgmma_commit();
-        issue_pv(pv.stage);
+        issue_pv(pv.stage, AllKeys{});
         wgmma_commit();
         named_bar_arrive(their_turn, kConsumerThreads);
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
@@ -458,9 +475,11 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       if (store_thread()) bulk_wait_group_read<0>();
       if (rescale_o_needed) rescale_o();
       named_bar_sync(my_turn, kConsumerThreads);
-      batch_begin();
-      issue_pv(pv.stage);
-      wgmma_commit();
+      at_width(keys_width(tiles - 1), [&](auto keys) {  // P is 0 past the keys before S
+        batch_begin();
+        issue_pv(pv.stage, keys);
+        wgmma_commit();
+      });
       if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
       wgmma_wait<0>();
       fence_regs(o_acc);

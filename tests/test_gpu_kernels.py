@@ -194,9 +194,16 @@ from flashbench.files import read_json
 from flashbench.launch import AttentionKernel
 
 class Mislaunched(AttentionKernel):
+    def _work_list(self, row_tiles, heads, heads_per_batch, seq_len):
+        if sys.argv[3] == "stale_list":  # made for twice the heads: another grid and work tile count
+            return super()._work_list(row_tiles, 2 * heads, 2 * heads_per_batch, seq_len)
+        return super()._work_list(row_tiles, heads, heads_per_batch, seq_len)
+
     def __call__(self, q, k, v, o):
         B, H, S, D = q.shape
-        if sys.argv[3] == "short_grid":  # one row tile short (a persistent kernel's row_tiles): its guard must trap
+        if sys.argv[3] == "stale_list":  # its guard must trap
+            self.launch(self.row_tiles(S), B * H, q, k, v, o, S, heads_per_batch=H)
+        elif sys.argv[3] == "short_grid":  # one row tile short (a persistent kernel's row_tiles): its guard must trap
             self.launch(S // self.contract["block_rows"] - 1, B * H, q, k, v, o, S)
         else:  # Q at address 0: a fault
             self.launch(S // self.contract["block_rows"], B * H, np.uint64(0), k, v, o, S)
@@ -207,12 +214,14 @@ print(json.dumps(check_shape(kernel, Shape(1, 1, 256, 128), Gate(2, 0.005), seed
 """
 
 
-@pytest.mark.parametrize("how", ["short_grid", "address_zero"])
+@pytest.mark.parametrize("how", ["short_grid", "address_zero", "stale_list"])
 @pytest.mark.parametrize("name", KERNELS)
 def test_a_mislaunched_kernel_fails_loudly_and_the_run_goes_on(build, name, how):
     k = built(build, name)
     if how == "address_zero" and name != KERNELS[0]:
         pytest.skip("one kernel is enough for a fault")
+    if how == "stale_list" and "work_list" not in k.contract:
+        pytest.skip("it walks no work list")
     proc = subprocess.run([sys.executable, "-c", MISLAUNCHED, str(k.cubin), str(k.cubin.with_suffix(".json")), how],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

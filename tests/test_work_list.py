@@ -10,9 +10,10 @@ from flashbench.work_list import (block_tiles, key_tiles, order, section_heads, 
 BLOCKS = 132
 
 
-def _listed(S, BH=64, causal=True, l2=32 << 20, blocks=BLOCKS):
+def _listed(S, BH=64, causal=True, l2=32 << 20, blocks=BLOCKS, H=None):
     rows = -(-S // 128)
-    return rows, block_tiles(work_list(rows, BH, blocks, S, 128, 128, 128, causal, l2), blocks)
+    H = H or BH
+    return rows, block_tiles(work_list(rows, BH, H, blocks, S, 128, 128, 128, causal, l2), blocks, rows, H)
 
 
 def _loads(rows, per_block, S, causal=True):
@@ -22,14 +23,21 @@ def _loads(rows, per_block, S, causal=True):
 @pytest.mark.parametrize("S", [1, 1000, 1024, 4000, 4096, 16384])
 @pytest.mark.parametrize("causal", [False, True])
 def test_every_work_tile_is_listed_once(S, causal):
-    rows, per_block = _listed(S, BH=5 * 3, causal=causal)
+    rows, per_block = _listed(S, BH=5 * 3, causal=causal, H=5, blocks=min(BLOCKS, -(-S // 128) * 15))
     listed = np.concatenate(per_block)
     assert sorted(listed.tolist()) == list(range(rows * 15))
 
 
-def test_the_list_starts_with_the_offsets_the_kernel_checks():
-    listed = work_list(8, 64, BLOCKS, 1024, 128, 128, 128, True, 32 << 20)
-    assert listed.dtype == np.int32 and listed[0] == 0 and listed[BLOCKS] == 8 * 64 == len(listed) - BLOCKS - 1
+def test_each_block_finds_its_first_work_tile_and_its_count_at_places_of_their_own():
+    listed = work_list(8, 6 * 64, 64, BLOCKS, 1024, 128, 128, 128, True, 32 << 20)
+    records = listed.reshape(-1, 4)
+    assert listed.dtype == np.int32 and len(records) == 8 * 6 * 64 + 1
+    assert records[BLOCKS].tolist() == [BLOCKS, 8 * 6 * 64, 0, 8 * 6 * 64 - BLOCKS]  # the grid and count, checked
+    per_block = block_tiles(listed, BLOCKS, 8, 64)
+    for b in (0, 7, BLOCKS - 1):
+        first, w = records[b], per_block[b][0]
+        assert first[:3].tolist() == [w % 8, (w // 8) % 64, w // (8 * 64)]  # row tile, head, batch
+        assert records[b + 1, 3] - first[3] == len(per_block[b]) - 1  # how many more it takes
 
 
 def test_causal_key_tiles_stop_at_the_diagonal_and_at_s():
@@ -73,6 +81,10 @@ def test_equal_tiles_go_to_the_blocks_in_turn_as_the_block_that_frees_first_woul
 
 def test_a_list_refuses_what_the_kernel_cannot_name():
     with pytest.raises(FlashbenchError, match="work tile"):
-        work_list(0, 64, BLOCKS, 1, 128, 128, 128, True, 0)
+        work_list(0, 64, 64, BLOCKS, 1, 128, 128, 128, True, 0)
+    with pytest.raises(FlashbenchError, match="whole heads"):
+        work_list(8, 64, 5, BLOCKS, 1024, 128, 128, 128, True, 0)
     with pytest.raises(FlashbenchError, match="int32"):
-        work_list(2**24, 2**7, BLOCKS, 2**31, 128, 128, 128, False, 0)
+        work_list(2**24, 2**7, 2**7, BLOCKS, 2**31, 128, 128, 128, False, 0)
+    with pytest.raises(FlashbenchError, match="would take none"):
+        work_list(1, 5, 5, BLOCKS, 100, 128, 128, 128, False, 0)

@@ -184,23 +184,26 @@ class AttentionKernel:
         key = (*(_address(a) for a in (q, k, v, o)), seq_len, heads, scale_log2, row_tiles, heads_per_batch or heads)
         params = self._params.get(key)
         if params is None:
-            params = _tensor_map_params(self.contract, *key, work_list=self._work_list(row_tiles, heads, seq_len))
+            params = _tensor_map_params(self.contract, *key,
+                                        work_list=self._work_list(row_tiles, heads, heads_per_batch or heads, seq_len))
             if len(self._params) >= 16:  # a sweep's shapes; an old entry is only ever reused for equal arrays
                 self._params.clear()
             self._params[key] = params
         return params
 
-    def _work_list(self, row_tiles: int, heads: int, seq_len: int):
-        """For a kernel that walks one, the work list (on the GPU) of the logical grid (row_tiles, heads)
-        at S = seq_len for this kernel's grid (work_list.py), which its parameter block holds; else None."""
+    def _work_list(self, row_tiles: int, heads: int, heads_per_batch: int, seq_len: int):
+        """For a kernel that walks one, the work list (on the GPU) of the logical grid (row_tiles, heads),
+        heads_per_batch a batch, at S = seq_len for this kernel's grid (work_list.py), which its parameter
+        block holds; else None."""
         if "work_list" not in self.contract:
             return None
         from .work_list import work_list
 
         c = self.contract
         blocks = self.grid(row_tiles, heads)[0]
-        return self.cp.asarray(work_list(row_tiles, heads, blocks, seq_len, c["head_dim"], c["block_rows"],
-                                         c["block_cols"], self.causal, c["work_list"]["l2_section_bytes"]))
+        return self.cp.asarray(work_list(row_tiles, heads, heads_per_batch, blocks, seq_len, c["head_dim"],
+                                         c["block_rows"], c["block_cols"], self.causal,
+                                         c["work_list"]["l2_section_bytes"]))
 
 
 def _address(a) -> int:

@@ -13,8 +13,16 @@ is made here, where the whole of it can be seen:
               block), by a cost of its key tiles plus one for its Q, epilogue and edges: what a
               dynamic scheduler's shared counter would hand out, without the counter
 
-The kernel reads the list as laid out by `work_list`: the grid's G + 1 offsets, then each block's work
-tiles, block after block; block b's are entries offsets[b] .. offsets[b + 1] - 1 after the offsets.
+The kernel reads the list as `work_list` lays it out, in records of four int32 (16 bytes, one load):
+
+    records 0 .. G-1   block b's first work tile: {row tile, head, batch, begin(b)}
+    record G           {G, the work tiles, 0, begin(G)}: the grid and the count the list was made for
+    records G+1 ..     each block's other work tiles, {row tile, head, batch, 0}, block after block:
+                       block b's are records G + 1 + begin(b) .. G + begin(b + 1)
+
+So a block reads its first work tile, how many it takes and the list's own grid and count in one round
+trip, from places that need no other read first, and its work tiles name their head and batch
+without a division.
 """
 from __future__ import annotations
 
@@ -67,23 +75,40 @@ def to_the_block_that_frees_first(tiles: np.ndarray, costs: np.ndarray, blocks: 
     return [np.asarray(t, dtype=np.int64) for t in taken]
 
 
-def work_list(row_tiles: int, batch_heads: int, blocks: int, seq_len: int, head_dim: int, block_rows: int,
-              block_cols: int, causal: bool, l2_section_bytes: int, element_bytes: int = 2) -> np.ndarray:
-    """The int32 list the kernel reads (the module says how), for `blocks` blocks."""
-    if blocks < 1 or row_tiles < 1 or batch_heads < 1:
-        raise FlashbenchError(f"a work list needs a block and a work tile: {blocks} blocks, {row_tiles} row tiles, "
-                              f"{batch_heads} heads")
+def work_list(row_tiles: int, batch_heads: int, heads: int, blocks: int, seq_len: int, head_dim: int,
+              block_rows: int, block_cols: int, causal: bool, l2_section_bytes: int, element_bytes: int = 2
+              ) -> np.ndarray:
+    """The int32 records the kernel reads (the module says how) for `blocks` blocks, of `batch_heads` heads
+    in batches of `heads`."""
+    if blocks < 1 or row_tiles < 1 or batch_heads < 1 or heads < 1 or batch_heads % heads:
+        raise FlashbenchError(f"a work list needs a block, a work tile and batches of whole heads: {blocks} blocks, "
+                              f"{row_tiles} row tiles, {batch_heads} heads in batches of {heads}")
     if row_tiles * batch_heads >= 2**31:
-        raise FlashbenchError(f"{row_tiles * batch_heads} work tiles: above the int32 the kernel names them by")
+        raise FlashbenchError(f"{row_tiles * batch_heads} work tiles: above the int32 the kernel counts them in")
+    if blocks > row_tiles * batch_heads:
+        raise FlashbenchError(f"{blocks} blocks for {row_tiles * batch_heads} work tiles: a block would take none")
     kv_head_bytes = 2 * seq_len * head_dim * element_bytes
     tiles = order(row_tiles, batch_heads, section_heads(batch_heads, kv_head_bytes, l2_section_bytes))
     length = np.array([key_tiles(r, seq_len, block_rows, block_cols, causal) + TILE_OVERHEAD for r in range(row_tiles)])
     per_block = share_out(tiles, length[tiles % row_tiles], blocks)
-    offsets = np.concatenate([[0], np.cumsum([len(t) for t in per_block])])
-    return np.concatenate([offsets, *per_block]).astype(np.int32)
+    begin = np.concatenate([[0], np.cumsum([len(t) - 1 for t in per_block])])
+    firsts = np.array([t[0] for t in per_block])
+    others = np.concatenate([t[1:] for t in per_block])
+    records = np.concatenate([_records(firsts, row_tiles, heads, begin[:-1]),
+                              [[blocks, row_tiles * batch_heads, 0, begin[-1]]],
+                              _records(others, row_tiles, heads, np.zeros_like(others))])
+    return records.astype(np.int32).ravel()
 
 
-def block_tiles(listed: np.ndarray, blocks: int) -> list[np.ndarray]:
-    """A list read back as the kernel reads it: each block's work tiles."""
-    offsets, entries = listed[: blocks + 1], listed[blocks + 1:]
-    return [entries[offsets[b]:offsets[b + 1]] for b in range(blocks)]
+def _records(tiles: np.ndarray, row_tiles: int, heads: int, last: np.ndarray) -> np.ndarray:
+    """Work tiles w = batch_head * row_tiles + row_tile as records {row tile, head, batch, `last`}."""
+    batch_head = tiles // row_tiles
+    return np.stack([tiles % row_tiles, batch_head % heads, batch_head // heads, last], axis=1)
+
+
+def block_tiles(listed: np.ndarray, blocks: int, row_tiles: int, heads: int) -> list[np.ndarray]:
+    """A list read back as the kernel reads it: each of `blocks` blocks' work tiles, as w."""
+    records = listed.reshape(-1, 4)
+    names = (records[:, 2] * heads + records[:, 1]) * row_tiles + records[:, 0]
+    firsts, begin, others = names[:blocks], records[:blocks + 1, 3], names[blocks + 1:]
+    return [np.concatenate([[firsts[b]], others[begin[b]:begin[b + 1]]]) for b in range(blocks)]
