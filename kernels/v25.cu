@@ -3,8 +3,7 @@
 // Configuration, at compile time: FLASH_CAUSAL (0 or 1; keys after each query are masked) and D = 128.
 // Any S: Q, K, V and O are read and written through 4-D tensor maps by head ({D, S, H, B}), whose
 // bound on S fills a box that reaches past the last row with zeros and clips the O stores; keys at
-// or past S are masked in the last key tile, and its PV multiplies only the 32 or 64 keys before S
-// where those are all (QK stays 128 wide: a narrower QK in a branch had ptxas serialize every wgmma).
+// or past S are masked in the last key tile.
 // Causal: row tile r (rows 128r..128r+127) needs key tiles 0..r only (Br = Bc): the tiles wholly
 // above the diagonal are never loaded or multiplied, and the mask is applied on the diagonal tile
 // alone (the last of a work tile).
@@ -42,8 +41,7 @@
 //       wait Q | batch 0: QK(0) | softmax(0)
 //       batch j = 1 .. n-1: wait K(j), V(j-1) | pack P(j-1), rescale O | turn: QK(j), PV(j-1) |
 //                           softmax(j) overlapping PV(j-1); release K(j), V(j-2)
-//       batch n: PV(n-1), over the keys before S only (32, 64 or 128: P is 0 past S) | release V(n-1),
-//                and Q after the last QK
+//       batch n: PV(n-1) | release V(n-1), and Q after the last QK
 //       epilogue: O / row sums -> the O tile (stmatrix) -> TMA store of the warpgroup's 64 rows
 //     softmax(j) masks first on a tile the diagonal or S crosses; it takes exp against the running
 //     m (V23), moves m only past 2^8 (V22), and multiplies S again on the FMA pipe where P overflows.
@@ -225,27 +223,14 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         wgmma_m64n128k16_ss(s_acc, desc_advance(q_desc0, qk_step(ks, kBr)), desc_advance(k_desc0, qk_step(ks, kBc)),
                             ks > 0);
     };
-    using AllKeys = std::integral_constant<int, kBc>;  // the keys of a product: all, or on a last tile fewer
-    // O += P V: 64 rows x 128 head columns, a wgmma k16 step per 16 of the kKeys keys. V is [keys][head
-    // dims]: B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
+    // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
+    // B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
     // 128 B apart, 8-key groups SBO = 1024 B apart.
-    const auto issue_pv = [&](int stage, auto keys) {
-      constexpr int kKeys = decltype(keys)::value;
+    const auto issue_pv = [&](int stage) {
       const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
 #pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk)
+      for (int kk = 0; kk < kBc / 16; ++kk)
         wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
-    };
-    // The keys of key tile `tile` that PV multiplies: those before S, rounded up to 32, 64 or 128 (P is 0
-    // past S). Fewer than 128 only on the tile S ends in, where S is not a multiple of it.
-    const auto keys_width = [&](int tile) {
-      const int before_s = seq_len - tile * kBc;
-      return before_s <= 32 ? 32 : before_s <= 64 ? 64 : kBc;
-    };
-    const auto at_width = [](int width, auto&& product) {
-      if (width == 32) product(std::integral_constant<int, 32>{});
-      else if (width == 64) product(std::integral_constant<int, 64>{});
-      else product(AllKeys{});
     };
     // Before a batch: the registers its wgmma write or read were last touched by ordinary code.
     const auto batch_begin = [&] {
@@ -439,7 +424,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         batch_begin();  // one fence for both products: P and O were written by ordinary instructions
         issue_qk(ring.stage);
         wgmma_commit();
-        issue_pv(pv.stage, AllKeys{});
+        issue_pv(pv.stage);
         wgmma_commit();
         named_bar_arrive(their_turn, kConsumerThreads);
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
@@ -475,11 +460,9 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       if (store_thread()) bulk_wait_group_read<0>();
       if (rescale_o_needed) rescale_o();
       named_bar_sync(my_turn, kConsumerThreads);
-      at_width(keys_width(tiles - 1), [&](auto keys) {  // P is 0 past the keys before S
-        batch_begin();
-        issue_pv(pv.stage, keys);
-        wgmma_commit();
-      });
+      batch_begin();
+      issue_pv(pv.stage);
+      wgmma_commit();
       if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
       wgmma_wait<0>();
       fence_regs(o_acc);
