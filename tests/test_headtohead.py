@@ -320,3 +320,43 @@ def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_co
                + f"replay {name} | " * (record["contestants"][name]["energy"][0]["calls"] // calls[name]) + "energy"
                for name in ("v22", "flash_attn_cute")]
     assert log.endswith(f"{turns[0]} | {windows[0]} | {windows[1]}")
+
+
+class _LengthPeer(LoggedPeer):
+    """A logged peer whose call takes S^2 / 1024^2 * 0.1 ms: one speed per FLOP at every length; its
+    inputs carry their S, so the log says which length each replay ran at."""
+
+    def inputs(self, shape, rng, kind="normal"):
+        return (shape.S, None, None, None)
+
+    def __call__(self, S, *args):
+        LoggedPeer.log.append(f"call {S}")
+        LoggedPeer.seconds.append(1e-4 * (S / 1024) ** 2)
+
+    def capture(self, S, *args):
+        calls = args[-1]
+
+        def replay():
+            LoggedPeer.log.append(f"replay {S}")
+            LoggedPeer.seconds.append(calls * 1e-4 * (S / 1024) ** 2)
+        return replay
+
+
+def test_a_ragged_length_is_paired_with_the_next_multiple_of_128_each_after_its_own_lead_in():
+    """The sweep's pair (measure_ragged): the two lengths' graphs timed in turns, the first of them
+    alternating, each after a lead-in of its own graph; a kernel as fast per FLOP at both is at 1."""
+    LoggedPeer.log.clear()
+    LoggedPeer.seconds.clear()
+    settings = {"rounds": 4, "min_timing_ms": 2, "lead_in_ms": 4, "warmup": 1}
+    ragged, near = Shape(1, 64, 4000, 128), Shape(1, 64, headtohead.ragged_near(4000), 128)
+    pair = headtohead.measure_ragged(_LengthPeer("v25"), ragged, near, settings, 0, progress=lambda m: None)
+    assert (pair["S"], pair["near"], len(pair["rounds"])) == (4000, 4096, 4)
+    events = [i for i, x in enumerate(LoggedPeer.log) if x == "event"]  # each timing between a pair of them
+    timed = [LoggedPeer.log[a + 1:b] for a, b in zip(events[::2], events[1::2])]
+    assert timed[-8:] == [["replay 4000"], ["replay 4096"], ["replay 4096"], ["replay 4000"]] * 2
+    log = " | ".join(LoggedPeer.log)
+    lead_in = -(-4e-3 // (pair["calls_per_timing"]["4096"] * 1e-4 * (4096 / 1024) ** 2))
+    assert ("replay 4096 | " * int(lead_in) + "event | replay 4096 | event") in log
+    said = headtohead.ragged_comparison(pair, Shape(1, 64, 1024, 128), 0.95, 1000)
+    assert said["ratio"] == pytest.approx(1.0) and said["ci_low"] == pytest.approx(1.0)
+    assert said["tflops"] == pytest.approx(said["near_tflops"])

@@ -2,6 +2,7 @@
 import json
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -482,18 +483,32 @@ def test_a_configuration_may_ask_the_next_goal_for_other_efficiencies():
     assert not causal["complete"] and "the best version's cycles at the case" not in causal["missing"]
 
 
-def test_a_ragged_length_is_judged_against_the_next_multiple_of_128():
-    """sweep.ragged: the line's best at S=4000 by CUDA graph over its TFLOPS at S=4096, each with its
-    own FLOPs, within goal.ragged_within or not; without a figure at either, not judged."""
+def test_a_ragged_length_is_judged_against_the_next_multiple_of_128_by_its_paired_interval():
+    """sweep.ragged: the line's best at S=4000 over its TFLOPS at S=4096, each with its own FLOPs. Judged
+    by the paired rounds (kernels.json's `ragged`, the sweep's) and their interval's lower end against
+    goal.ragged_within; the sweep's two figures, minutes apart, are shown but judge nothing."""
     from dataclasses import replace
 
     sweep = pd.DataFrame([{"kernel": "v25", "S": 4000, "tflops_graph": 600.0},
                           {"kernel": "v25", "S": 4096, "tflops_graph": 625.0}])
+    flops_ratio = (4000 / 4096) ** 2
+    # each round 1% slower at 4096 than at 4000 for 4.9% more work, the clock drifting over the rounds
+    rounds = [{"graph_s": t, "near_graph_s": t * 1.01 * (1 + 0.001 * (i % 3))} for i, t in
+              enumerate(np.linspace(1e-3, 1.2e-3, 20))]
+    meta = {"case": {"B": 1, "H": 64, "S": 1024, "D": 128}, "head_to_head": {"confidence": 0.95, "resamples": 2000},
+            "kernels": [{"name": "v25", "ragged": [{"S": 4000, "near": 4096, "causal": False, "rounds": rounds,
+                                                    "calls_per_timing": {"4000": 9, "4096": 9}}]}]}
     asked = replace(GOAL, ragged_within=0.03)
-    point = hopper_report.ragged_point(sweep, "v25", 4000, asked)
-    assert point["near"] == 4096 and point["ratio"] == pytest.approx(0.96) and point["met"] is False
-    assert hopper_report.ragged_point(sweep, "v25", 4000, replace(GOAL, ragged_within=0.05))["met"] is True
-    assert hopper_report.ragged_point(sweep[sweep.S == 4000], "v25", 4000, asked)["met"] is None
+    point = hopper_report.ragged_point(sweep, meta, "v25", 4000, asked)
+    assert point["near"] == 4096 and point["unpaired_ratio"] == pytest.approx(0.96)
+    paired = point["paired"]
+    assert paired["rounds"] == 20 and paired["ci_low"] <= paired["ratio"] <= paired["ci_high"]
+    assert paired["ratio"] == pytest.approx(flops_ratio * 1.011, rel=2e-3)  # 0.964: 3.6% short
+    assert point["met"] is False
+    assert hopper_report.ragged_point(sweep, meta, "v25", 4000, replace(GOAL, ragged_within=0.05))["met"] is True
+    unpaired = hopper_report.ragged_point(sweep, {**meta, "kernels": [{"name": "v25"}]}, "v25", 4000, asked)
+    assert unpaired["paired"] is None and unpaired["met"] is None  # the sweep's figures alone: not judged
+    assert hopper_report.ragged_point(sweep[sweep.S == 4000], meta, "v25", 4000, asked)["unpaired_ratio"] is None
 
 
 def test_each_configuration_after_the_first_gets_its_bars_and_a_panel_against_s(tmp_path, monkeypatch):

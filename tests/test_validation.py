@@ -410,3 +410,30 @@ def test_a_sweep_runs_its_ragged_lengths_after_the_others(tmp_path):
     ragged = {**records.CASE, "S": 1000, "timed": False, "reason": "S=1000 is not a multiple of v11's block_rows (32)"}
     write_json(tmp_path / "v11.json", {**sweep, "points": [*points, ragged]})
     validation.read_record(tmp_path / "v11.json", "sweep", expected)
+
+
+def test_a_sweeps_ragged_pair_is_of_a_configured_ragged_length_and_the_next_multiple_of_128_both_timed(tmp_path):
+    """A headline version's sweep pairs each ragged S with the next multiple of 128 (both timed in the
+    same sweep); a pair at another S, against another length, or of a length left untimed is refused."""
+    import dataclasses
+
+    expected = dataclasses.replace(records.EXPECTED, sweep={**records.SWEEP, "S": [512, 1024], "ragged": [1000]})
+    points = [{**records.timing(200.0, shape={**records.CASE, "S": S},
+                                counts={**records.SWEEP, "steps": records.sweep_steps(records.SWEEP["steps"], 1024, S)}),
+               "timed": True, "reason": None} for S in (512, 1024, 1000)]
+    pair = {"S": 1000, "near": 1024, "causal": False, "calls_per_timing": {"1000": 9, "1024": 9},
+            "rounds": [{"graph_s": 1e-4, "near_graph_s": 1.05e-4}] * 4}
+    sweep = {"kernel": "v11", "timed": True, "reason": None, "cubin_sha256": "a" * 64, "points": points,
+             "provenance": records.provenance("v11"), "ragged": [pair]}
+    write_json(tmp_path / "v11.json", sweep)
+    validation.read_record(tmp_path / "v11.json", "sweep", expected)
+    for damaged, said in (({**pair, "near": 1152}, r"S=1000 against S=1152, but the sweep's ragged lengths \[1000\]"),
+                          ({**pair, "S": 900, "near": 1024}, r"S=900 against S=1024"),
+                          ({**pair, "rounds": [{"graph_s": 0.0, "near_graph_s": 1e-4}]}, "graph_s"),
+                          ({**pair, "causal": True}, "ragged\\[0\\].causal")):
+        write_json(tmp_path / "v11.json", {**sweep, "ragged": [damaged]})
+        with pytest.raises(validation.BadRecord, match=said):
+            validation.read_record(tmp_path / "v11.json", "sweep", expected)
+    write_json(tmp_path / "v11.json", {**sweep, "points": [*points[:2], {**points[2], "timed": False, "reason": "no"}]})
+    with pytest.raises(validation.BadRecord, match="the sweep did not time both"):
+        validation.read_record(tmp_path / "v11.json", "sweep", expected)

@@ -279,16 +279,30 @@ def cmd_bench(a) -> None:
 
 
 def cmd_sweep(a) -> None:
+    """The sweep's lengths; and for a headline version, where a head-to-head is configured, each ragged S
+    it was timed at against the next multiple of 128, paired (headtohead.measure_ragged)."""
+    from .headtohead import measure_ragged, ragged_comparison, ragged_near
     from .timing import sweep
 
     settings = a.settings
     counts = _asked_for(settings.sweep, "sweep", "key 'sweep'")
+    paired = settings.head_to_head if _run(a).of in (settings.headline or []) else None
 
     def run(kernel, seed, sampler):
         points = sweep(kernel, settings.sweep_shapes(), counts["steps"], settings.case.S, counts["repeats"],
                        counts["warmup"], seed, counts["graph_replays"], sampler, progress=_progress)
         print(f"{kernel.name}: timed at {sum(p['timed'] for p in points)} of {len(points)} lengths")
-        return {"points": points}
+        timed = {p["S"] for p in points if p["timed"]}
+        pairs = []
+        for S in settings.sweep.get("ragged", []) if paired else []:
+            if {S, ragged_near(S)} <= timed:
+                shape = settings.case
+                pairs.append(measure_ragged(kernel, Shape(shape.B, shape.H, S, shape.D),
+                                            Shape(shape.B, shape.H, ragged_near(S), shape.D), paired, seed, _progress))
+                said = ragged_comparison(pairs[-1], shape, paired["confidence"], paired["resamples"])
+                print(f"{kernel.name}: at S={S}, {said['ratio']:.3f} [{said['ci_low']:.3f}, {said['ci_high']:.3f}] of "
+                      f"its TFLOPS at S={ragged_near(S)}, paired")
+        return {"points": points, **({"ragged": pairs} if paired else {})}
 
     _timed(a, "sweep", run)
 

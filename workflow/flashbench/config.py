@@ -188,8 +188,9 @@ class Settings:
                     **({"ragged": self.check_ragged.as_dict()} if self.check_ragged else {})}
         if stage == "bench":
             return {**peer, "case": case, "bench": self.bench}
-        if stage == "sweep":
-            return {**peer, "case": case, "sweep": self.sweep}
+        if stage == "sweep":  # a headline version's pairs its ragged lengths as the head-to-head times
+            paired = {"head_to_head": self.head_to_head} if of in (self.headline or []) and self.head_to_head else {}
+            return {**peer, "case": case, "sweep": self.sweep, **paired}
         if stage == "profile":
             return {"case": case}
         if stage == "head_to_head":

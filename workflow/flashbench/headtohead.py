@@ -200,13 +200,17 @@ class _Contestant:
         for _ in range(calls):
             self.impl(*self.args)
 
+    def time_graph(self) -> float:
+        """The lead-in, then the graph timed: seconds per call."""
+        self.impl.activate()
+        self._lead_in()
+        return elapsed_ms(self.cp, self.replay) / 1e3 / self.calls
+
     def time_round(self) -> dict:
         """One turn: the lead-in, the graph, then back to back; wall-clock windows kept for the clock
         readings."""
-        self.impl.activate()
-        self._lead_in()
         t0 = time.time()
-        graph_s = elapsed_ms(self.cp, self.replay) / 1e3 / self.calls
+        graph_s = self.time_graph()
         t1 = time.time()
         step_ms, issue_s = elapsed_and_issued(self.cp, lambda: self._back_to_back(self.calls))
         t2 = time.time()
@@ -317,3 +321,41 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
         "energy_reason": None if energy is not None else "NVML has no energy counter for this GPU",
         "excluded": excluded,
     }
+
+
+# ---- a ragged S against the next multiple of the tile (GPU), paired ---------------------------------
+# A kernel's TFLOPS at S=4000 over its TFLOPS at 4096 is a ratio of a few percent, so it is measured as
+# the head-to-head measures: one process, the two lengths' graphs timed in turns, each after its own
+# lead-in, the one that goes first alternating, and each round's ratio kept (the sweep's two figures,
+# taken minutes apart, ran 1500 MHz against 1980 in one archive).
+
+def ragged_near(S: int, tile: int = 128) -> int:
+    """The multiple of the tile a ragged S is held against: the next one."""
+    return -(-S // tile) * tile
+
+
+def measure_ragged(impl, ragged: Shape, near: Shape, settings: dict, seed: int, progress=print) -> dict:
+    """`impl` at `ragged` and at `near` by CUDA graph, in settings["rounds"] rounds (config's
+    head_to_head: its warm-up, calls per timing and lead-in), the ragged one first in even rounds."""
+    sides = {shape.S: _Contestant(impl, shape, seed, settings["warmup"], settings["min_timing_ms"] / 1e3,
+                                  settings["lead_in_ms"] / 1e3) for shape in (ragged, near)}
+    progress(f"sweep {impl.name}: S={ragged.S} against S={near.S}, paired, {settings['rounds']} rounds")
+    rounds = []
+    for r in range(settings["rounds"]):
+        graph_s = {S: sides[S].time_graph() for S in ((ragged.S, near.S) if r % 2 == 0 else (near.S, ragged.S))}
+        rounds.append({"graph_s": graph_s[ragged.S], "near_graph_s": graph_s[near.S]})
+    return {"S": ragged.S, "near": near.S, "causal": impl.causal,
+            "calls_per_timing": {str(S): side.calls for S, side in sides.items()}, "rounds": rounds}
+
+
+def ragged_comparison(pair: dict, shape: Shape, confidence: float, resamples: int) -> dict:
+    """A paired ragged record (measure_ragged's, at B, H, D of `shape`) as TFLOPS at its S over TFLOPS at
+    its near S, each with its own FLOPs: the median of the rounds' ratios and its bootstrap interval."""
+    ragged, near = (Shape(shape.B, shape.H, S, shape.D) for S in (pair["S"], pair["near"]))
+    causal = pair.get("causal", False)
+    scale = attention.flops(ragged, causal) / attention.flops(near, causal)
+    ratios = scale * paired_ratios([r["graph_s"] for r in pair["rounds"]], [r["near_graph_s"] for r in pair["rounds"]])
+    low, high = median_interval(ratios, confidence, resamples)
+    return {"ratio": float(np.median(ratios)), "ci_low": low, "ci_high": high, "rounds": len(ratios),
+            "tflops": attention.tflops(ragged, _median(r["graph_s"] for r in pair["rounds"]), causal),
+            "near_tflops": attention.tflops(near, _median(r["near_graph_s"] for r in pair["rounds"]), causal)}

@@ -16,10 +16,11 @@ import pandas as pd
 from .archive_tables import by_s, nan_as_none, sweep_rows
 from .archive_tables import contestants as archive_contestants
 from .chapter_report import correctness
-from .config import Goal
+from .config import Goal, Shape
 from .figures import sweep_figure, tflops_figure
 from .files import write_text
 from .gpu import commits
+from .headtohead import ragged_comparison, ragged_near
 from .summary import case_rows
 from .templates import fill
 
@@ -157,17 +158,24 @@ def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], effi
     return missing
 
 
-def ragged_point(sweep: pd.DataFrame, best: str, S: int, goal: Goal) -> dict:
-    """The line's best at a ragged S against the next multiple of 128 (the sweep's rows, by CUDA graph):
-    its TFLOPS there over the TFLOPS at that multiple (each counts its own FLOPs), against
-    goal.ragged_within where asked."""
-    near = -(-S // 128) * 128
+def ragged_point(sweep: pd.DataFrame, meta: dict, best: str, S: int, goal: Goal) -> dict:
+    """The line's best at a ragged S against the next multiple of 128: its TFLOPS there over its TFLOPS
+    at that multiple (each counts its own FLOPs), paired where the sweep paired them (the best's
+    `ragged` in kernels.json: headtohead.ragged_comparison), and the sweep's own two figures by CUDA
+    graph, taken minutes apart. Judged against goal.ragged_within by the paired interval's lower end
+    alone: the unpaired figures are no basis for a few percent."""
+    near = ragged_near(S)
     mine = sweep[sweep.kernel == best]
     at, there = (tflops_of(mine[mine.S == length], best, "tflops_graph") for length in (S, near))
-    ratio = float(at / there) if at and there else None
-    return {"kernel": best, "S": S, "near": near, "tflops": at, "near_tflops": there, "ratio": ratio,
-            "within": goal.ragged_within, "met": None if ratio is None or goal.ragged_within is None
-            else bool(ratio >= 1 - goal.ragged_within)}
+    entry = next((k for k in meta["kernels"] if k["name"] == best), {})
+    pair = next((p for p in entry.get("ragged") or [] if p["S"] == S), None)
+    h2h = meta.get("head_to_head") or {}
+    paired = (ragged_comparison(pair, Shape(**meta["case"]), h2h["confidence"], h2h["resamples"])
+              if pair and h2h else None)
+    within = goal.ragged_within
+    return {"kernel": best, "S": S, "near": near, "tflops": at, "near_tflops": there,
+            "unpaired_ratio": float(at / there) if at and there else None, "paired": paired,
+            "within": within, "met": None if paired is None or within is None else bool(paired["ci_low"] >= 1 - within)}
 
 
 def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
@@ -226,7 +234,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
 
     verdicts = goal_verdicts(head_to_head, meta, goal, cycles)
     best = line_best(meta)
-    ragged = [ragged_point(sweep, best, S, goal) for S in (meta.get("sweep") or {}).get("ragged", [])] if best else []
+    ragged = [ragged_point(sweep, meta, best, S, goal) for S in (meta.get("sweep") or {}).get("ragged", [])] if best else []
     # the step method's figures that timed the CPU's dispatch rather than the kernel: (name, S)
     flagged = sweep[sweep.kernel.isin(order) & (sweep.dispatch_bound == True)]  # noqa: E712  (NaN: not timed)
     dispatch_bound = sorted({(n, int(s)) for n, s in zip(flagged.kernel, flagged.S)})

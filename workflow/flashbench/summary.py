@@ -239,6 +239,8 @@ def tidy_tables(kernels: list[dict], check_paths: list, bench_paths: list, compi
                      "timed": checks[k["name"]]["passed"] and benches.get(k["name"], {}).get("timed", False),
                      "not_timed_reason": benches.get(k["name"], {}).get("reason"),
                      "timing": benches.get(k["name"], {}).get("timing"),
+                     # a headline version's ragged S against the next multiple of 128, paired (the sweep's)
+                     "ragged": sweeps.get(k["name"], {}).get("ragged"),
                      "profile": ({f: profiles[k["name"]].get(f) for f in ("profiled", "reason", "top_lines", "softmax_share",
                                                                           "stall_samples", "lines_reason", "ncu")}
                                  if k["name"] in profiles else None),

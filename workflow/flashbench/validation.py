@@ -174,6 +174,16 @@ def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
         if p["timed"] and (problem := _masked_as_configured(p.get("causal", False), r["kernel"], expected)
                            or _timed_as(p, dims, counts, "the configured sweep")):
             return _at(f"points[{i}]", problem)
+    timed = {p["S"] for p in r["points"] if p["timed"]}
+    for i, pair in enumerate(r.get("ragged", [])):
+        near = -(-pair["S"] // 128) * 128
+        if pair["S"] not in expected.sweep.get("ragged", []) or pair["near"] != near:
+            return f"ragged[{i}]", (f"S={pair['S']} against S={pair['near']}, but the sweep's ragged lengths "
+                                    f"{expected.sweep.get('ragged', [])} are each held against the next multiple of 128")
+        if not {pair["S"], near} <= timed:
+            return f"ragged[{i}]", f"S={pair['S']} against S={near} paired, but the sweep did not time both"
+        if problem := _masked_as_configured(pair["causal"], r["kernel"], expected):
+            return _at(f"ragged[{i}]", problem)
     return None
 
 
