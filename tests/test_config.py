@@ -232,3 +232,18 @@ def test_the_kernels_alone_are_checked_on_far_max():
     assert settings.check_kinds("sdpa_cudnn.causal") == settings.check_inputs
     assert settings.used_by("check", "v11")["inputs"][-1] == "far_max"
     assert settings.used_by("check", "unfused")["inputs"] == settings.check_inputs
+
+
+def test_the_headline_is_counted_at_the_ragged_lengths_where_cycles_ragged_asks(settings):
+    """cycles.ragged: the headline versions at every point of the head-to-head and at sweep.ragged (the
+    driver passes over a length a kernel does not take); a rival at the points alone; without the key,
+    the points alone."""
+    from dataclasses import replace
+
+    points = [s.S for s in settings.headline_shapes()]
+    assert settings.cycles["ragged"] and settings.sweep["ragged"] == [4000]
+    for name in ("v25", "v25.causal", "v24"):
+        assert [s.S for s in settings.cycle_shapes(name)] == [*points, 4000]
+    assert [s.S for s in settings.cycle_shapes("sdpa_cudnn")] == points
+    unasked = replace(settings, cycles={"launches": 7})
+    assert [s.S for s in unasked.cycle_shapes("v25")] == points

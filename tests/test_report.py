@@ -509,6 +509,11 @@ def test_a_ragged_length_is_judged_against_the_next_multiple_of_128_by_its_paire
     unpaired = hopper_report.ragged_point(sweep, {**meta, "kernels": [{"name": "v25"}]}, "v25", 4000, asked)
     assert unpaired["paired"] is None and unpaired["met"] is None  # the sweep's figures alone: not judged
     assert hopper_report.ragged_point(sweep[sweep.S == 4000], meta, "v25", 4000, asked)["unpaired_ratio"] is None
+    counted = pd.DataFrame([{"kernel": "v25", "S": 4000, "efficiency_per_cycle": 0.64},
+                            {"kernel": "v25", "S": 4096, "efficiency_per_cycle": 0.67},
+                            {"kernel": "v24", "S": 4000, "efficiency_per_cycle": 0.9}])
+    assert hopper_report.ragged_point(sweep, meta, "v25", 4000, asked, counted)["cycles_ratio"] == pytest.approx(0.64 / 0.67)
+    assert hopper_report.ragged_point(sweep, meta, "v25", 4000, asked, counted[counted.S == 4000])["cycles_ratio"] is None
 
 
 def test_each_configuration_after_the_first_gets_its_bars_and_a_panel_against_s(tmp_path, monkeypatch):

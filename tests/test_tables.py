@@ -217,6 +217,17 @@ def test_a_contestants_dropped_count_at_one_length_is_refused(copy, archived):
     refused(copy, archived, "cycles.csv", f"line {line}: no row for sdpa_cudnn at S=4096")
 
 
+def test_a_run_that_counted_the_headline_at_the_ragged_length_has_those_rows(copy, archived):
+    """cycles.ragged: the headline versions counted at sweep.ragged too, where they take it; an archive
+    whose run asked for that and lacks the best's row there is refused (V24 takes whole tiles only:
+    the sweep's refusal says so, and no row of it is missed). A run that did not ask has none."""
+    summary, meta = archived
+    assert archive_tables.read_paired(copy, meta, summary)["cycles"] is not None
+    asked = {**meta, "cycles": {**meta["cycles"], "ragged": True}}
+    refused(copy, (summary, asked), "cycles.csv", "line 29: no row for v25 at S=4000, where kernels.json says it was "
+                                                  "counted")
+
+
 def test_a_kernel_ncu_could_not_count_has_no_cycle_rows_and_is_not_missed(copy, archived):
     """A count that failed (no permission for the counters, say) is in kernels.json with its reason: its
     rows are not expected, and a row of it is refused."""

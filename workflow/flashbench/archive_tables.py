@@ -384,13 +384,16 @@ def cycles_problem(table, meta: dict, summary) -> str | None:
     cycles) and summary.csv, or None. A row: a kernel or peer that passed its check, at the case or
     (a contestant of the head-to-head) at one of its points; its cycles (median, least, most)
     positive and finite and in that order, over the configured launches; its efficiency per cycle in
-    (0, 1] and what its cycles come to on the GPU's SMs. And one row, no more, for each kernel and
-    peer counted at each of its shapes (none where the run counted none: cycles_note)."""
+    (0, 1] and what its cycles come to on the GPU's SMs; a headline version's also at the sweep's ragged
+    lengths where the run asked (cycles.ragged). And one row, no more, for each kernel and peer counted at each of its shapes (none where the run counted none: cycles_note)."""
     from .cycles import efficiency_per_cycle
 
     case, points = meta["case"], head_to_head_points(meta)
     paired, note, launches = contestants(meta), meta.get("cycles_note"), meta["cycles"]["launches"]
-    shapes_of = {k["name"]: points if k["name"] in paired else [case] for k in meta["kernels"]}
+    ragged = [{**case, "S": S} for S in (meta.get("sweep") or {}).get("ragged", [])
+              if meta["cycles"].get("ragged")]  # the headline's, where the run asked
+    shapes_of = {k["name"]: [*points, *(ragged if k["name"] in (meta.get("headline") or []) else [])]
+                 if k["name"] in paired else [case] for k in meta["kernels"]}
     sm_counts = {k["provenance"]["sm_count"] for k in meta["kernels"] if (k.get("provenance") or {}).get("sm_count")}
     seen, names = {}, list(shapes_of)
     for line, row in _rows(table):

@@ -349,9 +349,15 @@ class Settings:
         raise ConfigError(f"the head-to-head has no point at S={S} (the case and config key 'sweep.S')")
 
     def cycle_shapes(self, name: str) -> list[Shape]:
-        """Where the run `name` is counted: a contestant at every point of the head-to-head, the rest at
-        the case."""
-        return self.headline_shapes() if name in self.contestants(self.run(name).configuration) else [self.case]
+        """Where the run `name` is counted: a contestant at every point of the head-to-head, a headline
+        version at the sweep's ragged lengths too where cycles.ragged asks (and it takes them), the rest
+        at the case."""
+        run = self.run(name)
+        if name not in self.contestants(run.configuration):
+            return [self.case]
+        asked = (self.cycles or {}).get("ragged") and run.of in (self.headline or [])
+        ragged = (self.sweep or {}).get("ragged", []) if asked else []
+        return [*self.headline_shapes(), *(replace(self.case, S=S) for S in ragged)]
 
 
 def conform(value, pointer: str, what: str):

@@ -158,12 +158,14 @@ def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], effi
     return missing
 
 
-def ragged_point(sweep: pd.DataFrame, meta: dict, best: str, S: int, goal: Goal) -> dict:
+def ragged_point(sweep: pd.DataFrame, meta: dict, best: str, S: int, goal: Goal,
+                 cycles: pd.DataFrame | None = None) -> dict:
     """The line's best at a ragged S against the next multiple of 128: its TFLOPS there over its TFLOPS
     at that multiple (each counts its own FLOPs), paired where the sweep paired them (the best's
     `ragged` in kernels.json: headtohead.ragged_comparison), and the sweep's own two figures by CUDA
-    graph, taken minutes apart. Judged against goal.ragged_within by the paired interval's lower end
-    alone: the unpaired figures are no basis for a few percent."""
+    graph, taken minutes apart; by cycles, its efficiency per cycle there over that at the multiple,
+    where both were counted (cycles.ragged). Judged against goal.ragged_within by the paired
+    interval's lower end alone: the unpaired figures are no basis for a few percent."""
     near = ragged_near(S)
     mine = sweep[sweep.kernel == best]
     at, there = (tflops_of(mine[mine.S == length], best, "tflops_graph") for length in (S, near))
@@ -172,9 +174,12 @@ def ragged_point(sweep: pd.DataFrame, meta: dict, best: str, S: int, goal: Goal)
     h2h = meta.get("head_to_head") or {}
     paired = (ragged_comparison(pair, Shape(**meta["case"]), h2h["confidence"], h2h["resamples"])
               if pair and h2h else None)
+    counted = {} if cycles is None else {int(r.S): float(r.efficiency_per_cycle)
+                                         for r in cycles[cycles.kernel == best].itertuples() if r.S in (S, near)}
     within = goal.ragged_within
     return {"kernel": best, "S": S, "near": near, "tflops": at, "near_tflops": there,
             "unpaired_ratio": float(at / there) if at and there else None, "paired": paired,
+            "cycles_ratio": counted[S] / counted[near] if len(counted) == 2 else None,
             "within": within, "met": None if paired is None or within is None else bool(paired["ci_low"] >= 1 - within)}
 
 
@@ -234,7 +239,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
 
     verdicts = goal_verdicts(head_to_head, meta, goal, cycles)
     best = line_best(meta)
-    ragged = [ragged_point(sweep, meta, best, S, goal) for S in (meta.get("sweep") or {}).get("ragged", [])] if best else []
+    ragged = [ragged_point(sweep, meta, best, S, goal, cycles) for S in (meta.get("sweep") or {}).get("ragged", [])] if best else []
     # the step method's figures that timed the CPU's dispatch rather than the kernel: (name, S)
     flagged = sweep[sweep.kernel.isin(order) & (sweep.dispatch_bound == True)]  # noqa: E712  (NaN: not timed)
     dispatch_bound = sorted({(n, int(s)) for n, s in zip(flagged.kernel, flagged.S)})
