@@ -280,7 +280,8 @@ struct Ring {
 // first, in sections of heads that share their K and V in L2, each work tile to the block that frees
 // first) in records of four ints, one 16-byte load each, for a grid of G blocks:
 //   records 0 .. G-1   block b's first work tile: {row tile, head, batch, begin(b)}
-//   record G           {G, the work tiles, 0, begin(G)}: the grid and the count it was made for
+//   record G           {G, the work tiles, heads, begin(G)}: the grid, the count and the heads per batch
+//                      it was made for
 //   records G+1 ..     each block's other work tiles {row tile, head, batch, 0}, block after block:
 //                      block b's are records G + 1 + begin(b) .. G + begin(b + 1)
 // So a block's first read is its own first work tile, the next block's begin and record G, at places
@@ -300,15 +301,17 @@ struct WorkList {
   struct Head {
     int4 mine;
     int next_begin;
-    int2 made_for;
+    int4 made_for;
   };
   __device__ __forceinline__ static Head head_of_this_block(const int4* list) {
     return {__ldg(list + blockIdx.x), __ldg(&list[blockIdx.x + 1].w),
-            __ldg(reinterpret_cast<const int2*>(list + gridDim.x))};
+            __ldg(list + gridDim.x)};
   }
-  // By every thread, before the roles split: traps on a list made for another grid or work tile count.
-  __device__ __forceinline__ static WorkList of_this_block(const int4* list, const Head& head, int work_tiles) {
-    if (head.made_for.x != int(gridDim.x) || head.made_for.y != work_tiles) __trap();
+  // By every thread, before the roles split: traps on a list made for another grid, work tile count or
+  // number of heads per batch (whose work tiles would name other heads and batches).
+  __device__ __forceinline__ static WorkList of_this_block(const int4* list, const Head& head, int work_tiles,
+                                                          int heads) {
+    if (head.made_for.x != int(gridDim.x) || head.made_for.y != work_tiles || head.made_for.z != heads) __trap();
     const int begin = __shfl_sync(0xffffffff, head.mine.w, 0);
     const WorkTile first{__shfl_sync(0xffffffff, head.mine.x, 0), __shfl_sync(0xffffffff, head.mine.y, 0),
                          __shfl_sync(0xffffffff, head.mine.z, 0)};

@@ -145,7 +145,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     }
     mbar_fence_init();
   }
-  const WorkList work = WorkList::of_this_block(work_list, list_head, row_tiles * batch_heads);
+  const WorkList work = WorkList::of_this_block(work_list, list_head, row_tiles * batch_heads, heads);
   __syncthreads();  // the last block-wide barrier: after it, each role goes its own way
 
   if (wg == 0) {

@@ -62,6 +62,8 @@ def test_the_shipped_config_is_valid():
     (lambda c: c.update(baseline="cublas"), r"'baseline': 'cublas' is not one of the peers"),
     (lambda c: c["sweep"].update(S=[512, 1000]), r"'sweep.S\[1\]': 1000 is not a multiple of 128"),
     (lambda c: c["check"]["ragged"].update(S=1024), r"'check.ragged.S': 1024 is not allowed: a multiple of 128 is"),
+    (lambda c: c["sweep"].update(ragged=[9000]),
+     r"'sweep.ragged\[0\]': 9000 is held against the next multiple of 128, 9088, which is not one of sweep.S"),
     (lambda c: c.update(ncu=True), r"'ncu': True is not allowed: Nsight Compute for the profile stage"),
     (lambda c: c["peers"]["unfused"].update(max_seq_len=512), r"'peers.unfused.max_seq_len': 512 is below the case's"),
     (lambda c: c.update(ncu="false"), r"'ncu': 'false' is a string; write false"),
@@ -247,3 +249,22 @@ def test_the_headline_is_counted_at_the_ragged_lengths_where_cycles_ragged_asks(
     assert [s.S for s in settings.cycle_shapes("sdpa_cudnn")] == points
     unasked = replace(settings, cycles={"launches": 7})
     assert [s.S for s in unasked.cycle_shapes("v25")] == points
+
+
+def test_a_ragged_pair_and_the_ragged_counts_rerun_only_what_reads_them(settings):
+    """The sweep's digest holds what its ragged pair reads of the head-to-head (a headline version's
+    only), the cycles' digest the shapes and the launches: a rival more in the head-to-head reruns no
+    sweep, cycles.ragged no count but the headline's."""
+    from dataclasses import replace
+
+    more_rivals = replace(settings, head_to_head={**settings.head_to_head, "level_within": 0.02,
+                                                  "rivals": settings.head_to_head["rivals"][:1]})
+    for name in ("v25", "v25.causal", "v24", "v11", "sdpa_cudnn"):
+        assert settings.used_by("sweep", name) == more_rivals.used_by("sweep", name)
+    assert settings.used_by("sweep", "v25")["paired"] == {"rounds": 20, "warmup": 10, "min_timing_ms": 50,
+                                                          "lead_in_ms": 100}
+    assert "paired" not in settings.used_by("sweep", "sdpa_cudnn")
+    unasked = replace(settings, cycles={"launches": settings.cycles["launches"]})
+    for name in ("v11", "sdpa_cudnn", "sdpa_cudnn.causal"):
+        assert settings.used_by("cycles", name) == unasked.used_by("cycles", name)
+    assert settings.used_by("cycles", "v25") != unasked.used_by("cycles", "v25")

@@ -226,6 +226,10 @@ def test_a_run_that_counted_the_headline_at_the_ragged_length_has_those_rows(cop
     asked = {**meta, "cycles": {**meta["cycles"], "ragged": True}}
     refused(copy, (summary, asked), "cycles.csv", "line 29: no row for v25 at S=4000, where kernels.json says it was "
                                                   "counted")
+    cycles = copy / "cycles.csv"
+    line = line_of(cycles, kernel="v25", S=4096)
+    set_cells(cycles, line, S=4000)  # a row at the ragged S where the run did not ask for one
+    refused(copy, archived, "cycles.csv", f"line {line} (v25 at S=4000): v25 is counted at the case, S=512")
 
 
 def test_a_kernel_ncu_could_not_count_has_no_cycle_rows_and_is_not_missed(copy, archived):
@@ -387,3 +391,27 @@ def test_a_report_left_by_an_earlier_render_stays_as_it_was(copy, tmp_path, caps
                  "--template", str(TEMPLATE), "--slug", "nvidia-h200"]) == 1
     assert capsys.readouterr().err.startswith(f"error: {copy / 'head_to_head.csv'}: line 2 ({FIRST}): ratio 'abc'")
     assert [p.name for p in reports.iterdir()] == ["hopper.md"] and (reports / "hopper.md").read_text() == "as it was\n"
+
+
+def test_a_damaged_ragged_pair_in_kernels_json_is_refused(copy):
+    """kernels.json's `ragged` (a headline version's paired rounds, which hopper.md judges by): a time that
+    is not positive, a pair against another length than the next multiple of 128, other rounds than
+    the head-to-head's, or two pairs at one length are refused before anything is drawn."""
+    meta_path = copy / "kernels.json"
+    meta = read_json(meta_path)
+    v25 = next(i for i, k in enumerate(meta["kernels"]) if k["name"] == "v25")
+    rounds = meta["head_to_head"]["rounds"]
+    pair = {"S": 4000, "near": 4096, "causal": False, "calls_per_timing": {"4000": 60, "4096": 61},
+            "rounds": [{"graph_s": 7.4e-4, "near_graph_s": 7.5e-4}] * rounds}
+    for pairs, said in (([pair], None),
+                        ([{**pair, "rounds": [{"graph_s": -7.4e-4, "near_graph_s": 7.5e-4}] * rounds}], "graph_s"),
+                        ([{**pair, "near": 4224}], f"kernels\\[{v25}\\].ragged\\[0\\].near"),
+                        ([{**pair, "rounds": pair["rounds"][:-1]}], f"rounds': {rounds - 1}, but the head-to-head"),
+                        ([pair, pair], "pairs at S = \\[4000, 4000\\]: one a length")):
+        meta["kernels"][v25]["ragged"] = pairs
+        write_json(meta_path, meta)
+        if said is None:
+            archive_tables.read_summary(copy)
+            continue
+        with pytest.raises(BadRecord, match=said):
+            archive_tables.read_summary(copy)

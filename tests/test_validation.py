@@ -414,10 +414,12 @@ def test_a_sweep_runs_its_ragged_lengths_after_the_others(tmp_path):
 
 def test_a_sweeps_ragged_pair_is_of_a_configured_ragged_length_and_the_next_multiple_of_128_both_timed(tmp_path):
     """A headline version's sweep pairs each ragged S with the next multiple of 128 (both timed in the
-    same sweep); a pair at another S, against another length, or of a length left untimed is refused."""
+    same sweep), in the head-to-head's rounds; a pair at another S or against another length, in other
+    rounds, missing, or in the sweep of a run that pairs none, is refused."""
     import dataclasses
 
-    expected = dataclasses.replace(records.EXPECTED, sweep={**records.SWEEP, "S": [512, 1024], "ragged": [1000]})
+    expected = dataclasses.replace(records.EXPECTED, sweep={**records.SWEEP, "S": [512, 1024], "ragged": [1000]},
+                                   ragged_pairs=["v11"], ragged_rounds=4)
     points = [{**records.timing(200.0, shape={**records.CASE, "S": S},
                                 counts={**records.SWEEP, "steps": records.sweep_steps(records.SWEEP["steps"], 1024, S)}),
                "timed": True, "reason": None} for S in (512, 1024, 1000)]
@@ -427,13 +429,20 @@ def test_a_sweeps_ragged_pair_is_of_a_configured_ragged_length_and_the_next_mult
              "provenance": records.provenance("v11"), "ragged": [pair]}
     write_json(tmp_path / "v11.json", sweep)
     validation.read_record(tmp_path / "v11.json", "sweep", expected)
-    for damaged, said in (({**pair, "near": 1152}, r"S=1000 against S=1152, but the sweep's ragged lengths \[1000\]"),
-                          ({**pair, "S": 900, "near": 1024}, r"S=900 against S=1024"),
-                          ({**pair, "rounds": [{"graph_s": 0.0, "near_graph_s": 1e-4}]}, "graph_s"),
-                          ({**pair, "causal": True}, "ragged\\[0\\].causal")):
-        write_json(tmp_path / "v11.json", {**sweep, "ragged": [damaged]})
+    for damaged, said in (([{**pair, "near": 1152}], r"ragged\[0\].near': 1152, but S=1000 is paired with .* 1024"),
+                          ([{**pair, "S": 900}], r"pairs at S = \[900\], but the sweep timed S = \[1000\]"),
+                          ([], r"pairs at S = \[\], but the sweep timed S = \[1000\]"),
+                          ([pair, pair], r"pairs at S = \[1000, 1000\]"),
+                          ([{**pair, "rounds": pair["rounds"][:3]}], r"rounds': 3, but the head-to-head runs 4"),
+                          ([{**pair, "calls_per_timing": {"1000": 9}}], "calls_per_timing"),
+                          ([{**pair, "rounds": [{"graph_s": 0.0, "near_graph_s": 1e-4}] * 4}], "graph_s"),
+                          ([{**pair, "causal": True}], "ragged\\[0\\].causal")):
+        write_json(tmp_path / "v11.json", {**sweep, "ragged": damaged})
         with pytest.raises(validation.BadRecord, match=said):
             validation.read_record(tmp_path / "v11.json", "sweep", expected)
-    write_json(tmp_path / "v11.json", {**sweep, "points": [*points[:2], {**points[2], "timed": False, "reason": "no"}]})
-    with pytest.raises(validation.BadRecord, match="the sweep did not time both"):
-        validation.read_record(tmp_path / "v11.json", "sweep", expected)
+    write_json(tmp_path / "v11.json", sweep)
+    with pytest.raises(validation.BadRecord, match="1 pair\\(s\\), but v11's sweep pairs no ragged length"):
+        validation.read_record(tmp_path / "v11.json", "sweep", dataclasses.replace(expected, ragged_pairs=[]))
+    write_json(tmp_path / "v11.json", {**sweep, "ragged": [],
+                                       "points": [*points[:2], {**points[2], "timed": False, "reason": "no"}]})
+    validation.read_record(tmp_path / "v11.json", "sweep", expected)  # 1000 untimed: nothing to pair

@@ -32,7 +32,7 @@ def test_each_block_finds_its_first_work_tile_and_its_count_at_places_of_their_o
     listed = work_list(8, 6 * 64, 64, BLOCKS, 1024, 128, 128, 128, True, 32 << 20)
     records = listed.reshape(-1, 4)
     assert listed.dtype == np.int32 and len(records) == 8 * 6 * 64 + 1
-    assert records[BLOCKS].tolist() == [BLOCKS, 8 * 6 * 64, 0, 8 * 6 * 64 - BLOCKS]  # the grid and count, checked
+    assert records[BLOCKS].tolist() == [BLOCKS, 8 * 6 * 64, 64, 8 * 6 * 64 - BLOCKS]  # grid, count, heads: checked
     per_block = block_tiles(listed, BLOCKS, 8, 64)
     for b in (0, 7, BLOCKS - 1):
         first, w = records[b], per_block[b][0]

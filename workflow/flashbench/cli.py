@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import FlashbenchError, archives, attention
-from .config import RUN_SEPARATOR, ConfigError, Shape, conform, load_settings, supported_archs
+from .config import RUN_SEPARATOR, ConfigError, Shape, conform, load_settings, ragged_near, supported_archs
 from .files import digests, read_json, sha256, staged_folder, write_json, write_text
 from .validation import Expected, read_record
 
@@ -281,12 +281,12 @@ def cmd_bench(a) -> None:
 def cmd_sweep(a) -> None:
     """The sweep's lengths; and for a headline version, where a head-to-head is configured, each ragged S
     it was timed at against the next multiple of 128, paired (headtohead.measure_ragged)."""
-    from .headtohead import measure_ragged, ragged_comparison, ragged_near
+    from .headtohead import measure_ragged, ragged_comparison
     from .timing import sweep
 
     settings = a.settings
     counts = _asked_for(settings.sweep, "sweep", "key 'sweep'")
-    paired = settings.head_to_head if _run(a).of in (settings.headline or []) else None
+    paired = settings.head_to_head if settings.pairs_ragged(_name(a)) else None
 
     def run(kernel, seed, sampler):
         points = sweep(kernel, settings.sweep_shapes(), counts["steps"], settings.case.S, counts["repeats"],

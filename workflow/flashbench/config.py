@@ -133,6 +133,14 @@ def sweep_lengths(sweep: dict | None) -> list[int]:
     return [*sweep["S"], *sweep.get("ragged", [])] if sweep else []
 
 
+PAIR_TIMING = ("rounds", "warmup", "min_timing_ms", "lead_in_ms")  # what of head_to_head a ragged pair reads
+
+
+def ragged_near(S: int, tile: int = 128) -> int:
+    """The length a ragged S (sweep.ragged) is paired with: the next multiple of the tile."""
+    return -(-S // tile) * tile
+
+
 def sweep_steps(steps_at_case: int, case_s: int, S: int) -> int:
     """The write-up's method's calls per timing in the sweep at length S: as many as do the work of
     `steps_at_case` calls at the case's length (a call's work grows as S squared), to the nearest
@@ -188,8 +196,9 @@ class Settings:
                     **({"ragged": self.check_ragged.as_dict()} if self.check_ragged else {})}
         if stage == "bench":
             return {**peer, "case": case, "bench": self.bench}
-        if stage == "sweep":  # a headline version's pairs its ragged lengths as the head-to-head times
-            paired = {"head_to_head": self.head_to_head} if of in (self.headline or []) and self.head_to_head else {}
+        if stage == "sweep":  # a headline version's pairs its ragged lengths as the head-to-head times them
+            paired = ({"paired": {k: self.head_to_head[k] for k in PAIR_TIMING}}
+                      if name and self.pairs_ragged(name) else {})
             return {**peer, "case": case, "sweep": self.sweep, **paired}
         if stage == "profile":
             return {"case": case}
@@ -198,8 +207,9 @@ class Settings:
             return {**peer, "case": case, "sweep": self.sweep, "contestants": contestants,
                     "peers": [self.peer(self.run(n).of).as_dict() for n in contestants if self.run(n).of not in self.headline],
                     "head_to_head": self.head_to_head}
-        if stage == "cycles":
-            return {**peer, "shapes": [s.as_dict() for s in self.cycle_shapes(name)], "cycles": self.cycles}
+        if stage == "cycles":  # where (cycles.ragged among what decides it) and how many launches
+            return {**peer, "shapes": [s.as_dict() for s in self.cycle_shapes(name)],
+                    "launches": self.cycles["launches"]}
         if stage == "summarize":
             return self.mapping
         if stage == "render":
@@ -348,10 +358,16 @@ class Settings:
                 return shape
         raise ConfigError(f"the head-to-head has no point at S={S} (the case and config key 'sweep.S')")
 
+    def pairs_ragged(self, name: str) -> bool:
+        """Whether the run `name`'s sweep pairs its ragged lengths with the next multiple of 128: a
+        headline version's, where a head-to-head is configured (headtohead.measure_ragged)."""
+        return bool(self.head_to_head and (self.sweep or {}).get("ragged")
+                    and self.run(name).of in (self.headline or []))
+
     def cycle_shapes(self, name: str) -> list[Shape]:
         """Where the run `name` is counted: a contestant at every point of the head-to-head, a headline
-        version at the sweep's ragged lengths too where cycles.ragged asks (and it takes them), the rest
-        at the case."""
+        version at the sweep's ragged lengths too where cycles.ragged asks (its driver passes over a
+        length the kernel does not take: V24's whole tiles), the rest at the case."""
         run = self.run(name)
         if name not in self.contestants(run.configuration):
             return [self.case]
@@ -477,6 +493,11 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
     if smallest["B"] * smallest["H"] % 2 == 0:
         raise ConfigError(f"config key 'check.smallest': B*H = {smallest['B'] * smallest['H']} is even; the extra shape "
                           f"is there for an odd head count, which no power-of-two tiling of heads divides")
+    sweep = config.get("sweep") or {}
+    for i, S in enumerate(sweep.get("ragged", [])):
+        if ragged_near(S) not in sweep["S"]:
+            raise ConfigError(f"config key 'sweep.ragged[{i}]': {S} is held against the next multiple of 128, "
+                              f"{ragged_near(S)}, which is not one of sweep.S")
     if len(extra) < 3:
         raise ConfigError(f"config key 'check.shapes': needs at least 3 shapes other than the case, has {len(extra)}")
     return Settings(

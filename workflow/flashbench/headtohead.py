@@ -329,11 +329,6 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
 # lead-in, the one that goes first alternating, and each round's ratio kept (the sweep's two figures,
 # taken minutes apart, ran 1500 MHz against 1980 in one archive).
 
-def ragged_near(S: int, tile: int = 128) -> int:
-    """The multiple of the tile a ragged S is held against: the next one."""
-    return -(-S // tile) * tile
-
-
 def measure_ragged(impl, ragged: Shape, near: Shape, settings: dict, seed: int, progress=print) -> dict:
     """`impl` at `ragged` and at `near` by CUDA graph, in settings["rounds"] rounds (config's
     head_to_head: its warm-up, calls per timing and lead-in), the ragged one first in even rounds."""

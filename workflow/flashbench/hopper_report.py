@@ -16,11 +16,11 @@ import pandas as pd
 from .archive_tables import by_s, nan_as_none, sweep_rows
 from .archive_tables import contestants as archive_contestants
 from .chapter_report import correctness
-from .config import Goal, Shape
+from .config import Goal, Shape, ragged_near
 from .figures import sweep_figure, tflops_figure
 from .files import write_text
 from .gpu import commits
-from .headtohead import ragged_comparison, ragged_near
+from .headtohead import ragged_comparison
 from .summary import case_rows
 from .templates import fill
 

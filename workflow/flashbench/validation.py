@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import FlashbenchError, attention
-from .config import Shape, sweep_lengths, sweep_steps
+from .config import Shape, ragged_near, sweep_lengths, sweep_steps
 from .files import read_json
 
 Problem = tuple[str, str] | None  # (key, what is wrong with it), or None
@@ -44,6 +44,8 @@ class Expected:
     peers: list[str] = field(default_factory=list)  # the peers' runs' names (their identity is their library's)
     causal: list[str] = field(default_factory=list)  # the runs, and the configurations, under the causal mask
     kernel_inputs: list[str] = field(default_factory=list)  # the kinds the kernels (not the peers) run on besides
+    ragged_pairs: list[str] = field(default_factory=list)  # the runs whose sweep pairs its ragged lengths
+    ragged_rounds: int | None = None  # in as many rounds (the head-to-head's)
 
     @classmethod
     def from_settings(cls, settings) -> Expected:
@@ -55,7 +57,9 @@ class Expected:
                    peers=[run.name for run in settings.peer_runs()],
                    causal=[*(run.name for run in settings.runs() if run.configuration.causal),
                            *(c.name for c in settings.configurations if c.causal)],
-                   kernel_inputs=list(settings.check_kernel_inputs))
+                   kernel_inputs=list(settings.check_kernel_inputs),
+                   ragged_pairs=[run.name for run in settings.runs() if settings.pairs_ragged(run.name)],
+                   ragged_rounds=settings.head_to_head["rounds"] if settings.head_to_head else None)
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -175,15 +179,29 @@ def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
                            or _timed_as(p, dims, counts, "the configured sweep")):
             return _at(f"points[{i}]", problem)
     timed = {p["S"] for p in r["points"] if p["timed"]}
-    for i, pair in enumerate(r.get("ragged", [])):
-        near = -(-pair["S"] // 128) * 128
-        if pair["S"] not in expected.sweep.get("ragged", []) or pair["near"] != near:
-            return f"ragged[{i}]", (f"S={pair['S']} against S={pair['near']}, but the sweep's ragged lengths "
-                                    f"{expected.sweep.get('ragged', [])} are each held against the next multiple of 128")
-        if not {pair["S"], near} <= timed:
-            return f"ragged[{i}]", f"S={pair['S']} against S={near} paired, but the sweep did not time both"
-        if problem := _masked_as_configured(pair["causal"], r["kernel"], expected):
+    pairs, paired = r.get("ragged", []), r["kernel"] in expected.ragged_pairs
+    if pairs and not paired:
+        return "ragged", f"{len(pairs)} pair(s), but {r['kernel']}'s sweep pairs no ragged length"
+    due = [S for S in expected.sweep.get("ragged", []) if {S, ragged_near(S)} <= timed] if paired else []
+    if "ragged" in r and [p["S"] for p in pairs] != due:  # absent: a sweep from before the pairs
+        return "ragged", (f"pairs at S = {[p['S'] for p in pairs]}, but the sweep timed S = {due} and the next "
+                          "multiple of 128 of each")
+    for i, pair in enumerate(pairs):
+        if problem := _pair_problem(pair, expected.ragged_rounds) or _masked_as_configured(pair["causal"], r["kernel"],
+                                                                                         expected):
             return _at(f"ragged[{i}]", problem)
+    return None
+
+
+def _pair_problem(pair: dict, rounds: int | None) -> Problem:
+    """A ragged pair against itself: against the next multiple of 128, in the configured rounds, with the
+    calls per timing of both lengths."""
+    if pair["near"] != ragged_near(pair["S"]):
+        return "near", f"{pair['near']}, but S={pair['S']} is paired with the next multiple of 128, {ragged_near(pair['S'])}"
+    if rounds is not None and len(pair["rounds"]) != rounds:
+        return "rounds", f"{len(pair['rounds'])}, but the head-to-head runs {rounds}"
+    if set(pair["calls_per_timing"]) != {str(pair["S"]), str(pair["near"])}:
+        return "calls_per_timing", f"for S = {sorted(pair['calls_per_timing'])}, not {pair['S']} and {pair['near']}"
     return None
 
 
@@ -217,9 +235,16 @@ def _head_to_head_as_configured(r: dict, expected: Expected) -> Problem:
 
 
 def _kernels_consistent(meta: dict, expected) -> Problem:
+    rounds = (meta.get("head_to_head") or {}).get("rounds")
     for i, k in enumerate(meta["kernels"]):
         if k["timing"] and (problem := timing_disagrees(k["timing"])):
             return _at(f"kernels[{i}].timing", problem)
+        lengths = [p["S"] for p in k.get("ragged") or []]
+        if len(set(lengths)) != len(lengths):
+            return f"kernels[{i}].ragged", f"pairs at S = {lengths}: one a length"
+        for j, pair in enumerate(k.get("ragged") or []):
+            if problem := _pair_problem(pair, rounds):
+                return _at(f"kernels[{i}].ragged[{j}]", problem)
     return None
 
 

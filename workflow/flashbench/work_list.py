@@ -16,7 +16,8 @@ is made here, where the whole of it can be seen:
 The kernel reads the list as `work_list` lays it out, in records of four int32 (16 bytes, one load):
 
     records 0 .. G-1   block b's first work tile: {row tile, head, batch, begin(b)}
-    record G           {G, the work tiles, 0, begin(G)}: the grid and the count the list was made for
+    record G           {G, the work tiles, heads, begin(G)}: the grid, the count and the heads per
+                       batch the list was made for
     records G+1 ..     each block's other work tiles, {row tile, head, batch, 0}, block after block:
                        block b's are records G + 1 + begin(b) .. G + begin(b + 1)
 
@@ -95,7 +96,7 @@ def work_list(row_tiles: int, batch_heads: int, heads: int, blocks: int, seq_len
     firsts = np.array([t[0] for t in per_block])
     others = np.concatenate([t[1:] for t in per_block])
     records = np.concatenate([_records(firsts, row_tiles, heads, begin[:-1]),
-                              [[blocks, row_tiles * batch_heads, 0, begin[-1]]],
+                              [[blocks, row_tiles * batch_heads, heads, begin[-1]]],
                               _records(others, row_tiles, heads, np.zeros_like(others))])
     return records.astype(np.int32).ravel()
 
