@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from flashbench import FlashbenchError, NoKernelForShape, headtohead
-from flashbench.config import Shape, ragged_near
+from flashbench.config import Shape
 from flashbench.headtohead import comparisons, median_interval, paired_ratios, ratio_and_verdict, verdict
 
 SETTINGS = {"confidence": 0.95, "resamples": 4000, "level_within": 0.01}
@@ -348,8 +348,7 @@ def test_a_ragged_length_is_paired_with_the_next_multiple_of_128_each_after_its_
     LoggedPeer.log.clear()
     LoggedPeer.seconds.clear()
     settings = {"rounds": 4, "min_timing_ms": 2, "lead_in_ms": 4, "warmup": 1}
-    ragged, near = Shape(1, 64, 4000, 128), Shape(1, 64, ragged_near(4000), 128)
-    pair = headtohead.measure_ragged(_LengthPeer("v25"), ragged, near, settings, 0, progress=lambda m: None)
+    pair = headtohead.measure_ragged(_LengthPeer("v25"), Shape(1, 64, 4000, 128), settings, 0, progress=lambda m: None)
     assert (pair["S"], pair["near"], len(pair["rounds"])) == (4000, 4096, 4)
     events = [i for i, x in enumerate(LoggedPeer.log) if x == "event"]  # each timing between a pair of them
     timed = [LoggedPeer.log[a + 1:b] for a, b in zip(events[::2], events[1::2])]

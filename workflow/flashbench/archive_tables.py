@@ -385,7 +385,8 @@ def cycles_problem(table, meta: dict, summary) -> str | None:
     (a contestant of the head-to-head) at one of its points; its cycles (median, least, most)
     positive and finite and in that order, over the configured launches; its efficiency per cycle in
     (0, 1] and what its cycles come to on the GPU's SMs; a headline version's also at the sweep's ragged
-    lengths where the run asked (cycles.ragged). And one row, no more, for each kernel and peer counted at each of its shapes (none where the run counted none: cycles_note)."""
+    lengths where the run asked (cycles.ragged). And one row, no more, for each kernel and peer counted
+    at each of its shapes (none where the run counted none: cycles_note)."""
     from .cycles import efficiency_per_cycle
 
     case, points = meta["case"], head_to_head_points(meta)

@@ -16,11 +16,11 @@ import shutil
 import sys
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from . import FlashbenchError, archives, attention
-from .config import RUN_SEPARATOR, ConfigError, Shape, conform, load_settings, ragged_near, supported_archs
+from .config import RUN_SEPARATOR, ConfigError, Shape, conform, load_settings, ragged_pairable, supported_archs
 from .files import digests, read_json, sha256, staged_folder, write_json, write_text
 from .validation import Expected, read_record
 
@@ -294,14 +294,11 @@ def cmd_sweep(a) -> None:
         print(f"{kernel.name}: timed at {sum(p['timed'] for p in points)} of {len(points)} lengths")
         timed = {p["S"] for p in points if p["timed"]}
         pairs = []
-        for S in settings.sweep.get("ragged", []) if paired else []:
-            if {S, ragged_near(S)} <= timed:
-                shape = settings.case
-                pairs.append(measure_ragged(kernel, Shape(shape.B, shape.H, S, shape.D),
-                                            Shape(shape.B, shape.H, ragged_near(S), shape.D), paired, seed, _progress))
-                said = ragged_comparison(pairs[-1], shape, paired["confidence"], paired["resamples"])
-                print(f"{kernel.name}: at S={S}, {said['ratio']:.3f} [{said['ci_low']:.3f}, {said['ci_high']:.3f}] of "
-                      f"its TFLOPS at S={ragged_near(S)}, paired")
+        for S in ragged_pairable(settings.sweep.get("ragged", []), timed) if paired else []:
+            pairs.append(measure_ragged(kernel, replace(settings.case, S=S), paired, seed, _progress))
+            said = ragged_comparison(pairs[-1], settings.case, paired["confidence"], paired["resamples"])
+            print(f"{kernel.name}: at S={S}, {said['ratio']:.3f} [{said['ci_low']:.3f}, {said['ci_high']:.3f}] of "
+                  f"its TFLOPS at S={pairs[-1]['near']}, paired")
         return {"points": points, **({"ragged": pairs} if paired else {})}
 
     _timed(a, "sweep", run)

@@ -141,6 +141,11 @@ def ragged_near(S: int, tile: int = 128) -> int:
     return -(-S // tile) * tile
 
 
+def ragged_pairable(ragged: list[int], timed: set[int]) -> list[int]:
+    """The ragged lengths a sweep that timed the lengths `timed` pairs: those timed with their near one."""
+    return [S for S in ragged if {S, ragged_near(S)} <= timed]
+
+
 def sweep_steps(steps_at_case: int, case_s: int, S: int) -> int:
     """The write-up's method's calls per timing in the sweep at length S: as many as do the work of
     `steps_at_case` calls at the case's length (a call's work grows as S squared), to the nearest

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from . import FlashbenchError, NoKernelForShape, attention
-from .config import Shape
+from .config import Shape, ragged_near
 from .timing import dispatch_bound, elapsed_and_issued, elapsed_ms
 
 METHODS = ("step", "graph")  # the write-up's back-to-back calls; their CUDA graph
@@ -329,9 +330,11 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
 # lead-in, the one that goes first alternating, and each round's ratio kept (the sweep's two figures,
 # taken minutes apart, ran 1500 MHz against 1980 in one archive).
 
-def measure_ragged(impl, ragged: Shape, near: Shape, settings: dict, seed: int, progress=print) -> dict:
-    """`impl` at `ragged` and at `near` by CUDA graph, in settings["rounds"] rounds (config's
-    head_to_head: its warm-up, calls per timing and lead-in), the ragged one first in even rounds."""
+def measure_ragged(impl, ragged: Shape, settings: dict, seed: int, progress=print) -> dict:
+    """`impl` at `ragged` and at the next multiple of 128 by CUDA graph, in settings["rounds"] rounds
+    (config's head_to_head: its warm-up, calls per timing and lead-in), the ragged one first in even
+    rounds."""
+    near = replace(ragged, S=ragged_near(ragged.S))
     sides = {shape.S: _Contestant(impl, shape, seed, settings["warmup"], settings["min_timing_ms"] / 1e3,
                                   settings["lead_in_ms"] / 1e3) for shape in (ragged, near)}
     progress(f"sweep {impl.name}: S={ragged.S} against S={near.S}, paired, {settings['rounds']} rounds")
@@ -346,7 +349,7 @@ def measure_ragged(impl, ragged: Shape, near: Shape, settings: dict, seed: int, 
 def ragged_comparison(pair: dict, shape: Shape, confidence: float, resamples: int) -> dict:
     """A paired ragged record (measure_ragged's, at B, H, D of `shape`) as TFLOPS at its S over TFLOPS at
     its near S, each with its own FLOPs: the median of the rounds' ratios and its bootstrap interval."""
-    ragged, near = (Shape(shape.B, shape.H, S, shape.D) for S in (pair["S"], pair["near"]))
+    ragged, near = (replace(shape, S=S) for S in (pair["S"], pair["near"]))
     causal = pair.get("causal", False)
     scale = attention.flops(ragged, causal) / attention.flops(near, causal)
     ratios = scale * paired_ratios([r["graph_s"] for r in pair["rounds"]], [r["near_graph_s"] for r in pair["rounds"]])

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import FlashbenchError, attention
-from .config import Shape, ragged_near, sweep_lengths, sweep_steps
+from .config import Shape, ragged_near, ragged_pairable, sweep_lengths, sweep_steps
 from .files import read_json
 
 Problem = tuple[str, str] | None  # (key, what is wrong with it), or None
@@ -182,7 +182,7 @@ def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
     pairs, paired = r.get("ragged", []), r["kernel"] in expected.ragged_pairs
     if pairs and not paired:
         return "ragged", f"{len(pairs)} pair(s), but {r['kernel']}'s sweep pairs no ragged length"
-    due = [S for S in expected.sweep.get("ragged", []) if {S, ragged_near(S)} <= timed] if paired else []
+    due = ragged_pairable(expected.sweep.get("ragged", []), timed) if paired else []
     if "ragged" in r and [p["S"] for p in pairs] != due:  # absent: a sweep from before the pairs
         return "ragged", (f"pairs at S = {[p['S'] for p in pairs]}, but the sweep timed S = {due} and the next "
                           "multiple of 128 of each")

@@ -21,7 +21,7 @@ The kernel reads the list as `work_list` lays it out, in records of four int32 (
     records G+1 ..     each block's other work tiles, {row tile, head, batch, 0}, block after block:
                        block b's are records G + 1 + begin(b) .. G + begin(b + 1)
 
-So a block reads its first work tile, how many it takes and the list's own grid and count in one round
+So a block reads its first work tile, how many it takes and what the list was made for in one round
 trip, from places that need no other read first, and its work tiles name their head and batch
 without a division.
 """
