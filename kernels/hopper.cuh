@@ -186,16 +186,6 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t des
       : FLASH_D64
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-// The same at N = 32 (QK of a key tile S ends in the first quarter of): D is the first 16
-// accumulators, keys 0..31 of the tile.
-__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : FLASH_D8(0), FLASH_D8(8)
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
 // D[64x128] (+)= A[64x16] B[16x128], A from registers (4 x f16x2), B from shared memory MN-major
 // (transpose flag set: B's N dimension is the contiguous one).
 __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,

@@ -109,13 +109,6 @@ __device__ __forceinline__ int key_tiles(int row_tile, int seq_len) {
   const int all = (seq_len + kBc - 1) / kBc;
   return kCausal ? min(row_tile + 1, all) : all;
 }
-// The key tile a work tile of `tiles` takes at position j: j, or without the mask, where S ends inside
-// a tile, that tile first (n - 1, 0, 1, .., n - 2; the online softmax takes the keys in any order), so
-// that its QK and softmax, narrowed to its keys, are batch 0's, where no wgmma is in flight.
-__device__ __forceinline__ int key_tile_at(int position, int tiles, int seq_len) {
-  if (kCausal || seq_len % kBc == 0) return position;
-  return position == 0 ? tiles - 1 : position - 1;
-}
 
 }  // namespace
 
@@ -189,12 +182,10 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       int previous_tile = -1;  // the key tile whose V is still to load
       for (int round = 0; round < work.count; ++round) {
         const WorkTile t = work.tile(round);
-        const int tiles = key_tiles(t.row_tile, seq_len);
-        for (int position = 0; position < tiles; ++position) {
-          const int tile = key_tile_at(position, tiles, seq_len);
+        for (int tile = 0; tile < key_tiles(t.row_tile, seq_len); ++tile) {
           load_k(t, tile);
           if (previous_tile >= 0) load_v(previous, previous_tile);
-          if (position == 0) load_q(t);
+          if (tile == 0) load_q(t);
           previous = t, previous_tile = tile;
         }
       }
@@ -224,18 +215,13 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     float row_sum[2];  // this thread's part of the running sum of exp (0 at each work tile)
 
     // ---- the pieces of a batch -------------------------------------------------------------------
-    // S = Q K^T: 64 rows x `keys` keys per warpgroup (128, or 32 on a key tile S ends in the first quarter
-    // of, where it writes s_acc[0 .. 16) alone), 8 wgmma k16 steps over the head dim.
-    const auto issue_qk = [&](int stage, auto keys) {
-      constexpr int kKeys = decltype(keys)::value;
+    // S = Q K^T: 64 rows x 128 keys per warpgroup, 8 wgmma k16 steps over the head dim.
+    const auto issue_qk = [&](int stage) {
       const uint64_t k_desc0 = make_desc_sw128(smem_addr(smem.k[stage][0]), 16, kAtomBytes);
 #pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        const uint64_t a = desc_advance(q_desc0, qk_step(ks, kBr)), b = desc_advance(k_desc0, qk_step(ks, kBc));
-        static_assert(kKeys == 128 || kKeys == 32, "QK of a whole key tile, or of its first quarter");
-        if constexpr (kKeys == 128) wgmma_m64n128k16_ss(s_acc, a, b, ks > 0);
-        if constexpr (kKeys == 32) wgmma_m64n32k16_ss(*reinterpret_cast<float(*)[16]>(s_acc), a, b, ks > 0);
-      }
+      for (int ks = 0; ks < kD / 16; ++ks)
+        wgmma_m64n128k16_ss(s_acc, desc_advance(q_desc0, qk_step(ks, kBr)), desc_advance(k_desc0, qk_step(ks, kBc)),
+                            ks > 0);
     };
     // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
     // B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
@@ -246,26 +232,23 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       for (int kk = 0; kk < kBc / 16; ++kk)
         wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
     };
-    using AllKeys = std::integral_constant<int, kBc>;  // QK's width (wgmma N) on a whole key tile
-    // Before a batch: the registers its wgmma write or read were last touched by ordinary code (of S,
-    // those a QK of `keys` keys writes).
-    const auto batch_begin = [&](auto keys) {
-      fence_regs(o_acc), fence_regs(*reinterpret_cast<float(*)[decltype(keys)::value / 2]>(s_acc));
+    // Before a batch: the registers its wgmma write or read were last touched by ordinary code.
+    const auto batch_begin = [&] {
+      fence_regs(o_acc), fence_regs(s_acc);
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
       wgmma_fence();
     };
     // The mask on S (s_acc[4i + 2h + e]: row g + 8h of the warp's 16, key 8i + 2 quad + e): -inf on keys
-    // at or past S, and under the causal mask on keys after the row; over the first keys / 2
-    // accumulators (those QK of `keys` keys wrote). Only where the diagonal or S crosses a tile: under
-    // the mask on a work tile's last (its diagonal, and the tile S ends in), without it on its first
-    // (mask_first: the tile S ends in, taken first). Every row keeps at least one key of every tile it
-    // reads (its diagonal key, or the tile's first).
-    const bool mask_first = !kCausal && seq_len % kBc != 0;
-    const auto mask_s = [&](int row_tile, int tile, auto keys) {
+    // at or past S, and under the causal mask on keys after the row. Only on a work tile's last key
+    // tile, and there only where the diagonal or S crosses it (mask_last): the diagonal tile is a
+    // row tile's last, and so is the tile S ends in. Every row keeps at least one key of every tile
+    // it reads (its diagonal key, or the tile's first).
+    const bool mask_last = kCausal || seq_len % kBc != 0;
+    const auto mask_s = [&](int row_tile, int tile) {
       const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g, key0 = tile * kBc + 2 * quad;
 #pragma unroll
-      for (int i = 0; i < decltype(keys)::value / 2; ++i) {
+      for (int i = 0; i < 64; ++i) {
         const int row = row0 + 8 * ((i / 2) % 2), key = key0 + 8 * (i / 4) + i % 2;
         if (key >= seq_len || (kCausal && key > row)) s_acc[i] = -INFINITY;
       }
@@ -277,16 +260,14 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     // rescale_o_needed: whether any row of this warp moved its m, the same in every lane.
     float rescale[2];
     bool rescale_o_needed = true;
-    // Over the first keys / 2 accumulators (of QK's `keys` keys); the others are P = 0.
-    const auto softmax = [&](auto keys) {
-      constexpr int kLive = decltype(keys)::value / 2;
+    const auto softmax = [&] {
       float neg_max_scaled[2];
       bool moved = false;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float tile_max = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < kLive / 4; ++i) tile_max = fmaxf(tile_max, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
+        for (int i = 0; i < 16; ++i) tile_max = fmaxf(tile_max, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
         const float new_max = fmaxf(row_max[h], quad_max(tile_max));
         rescale[h] = 1.f;
         if ((new_max - row_max[h]) * scale_log2 > kRescaleLog2) {
@@ -299,7 +280,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       }
       rescale_o_needed = __any_sync(0xffffffff, moved);
 #pragma unroll
-      for (int i = 0; i < kLive; ++i) {
+      for (int i = 0; i < 64; ++i) {
         const int h = (i / 2) % 2;
         s_acc[i] = fast_exp2(fmaf(s_acc[i], scale_log2, neg_max_scaled[h]));
         row_sum[h] += s_acc[i];
@@ -396,11 +377,6 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
 
     Ring<kStages> ring;  // the next K/V tile to multiply, running over the work tiles
     uint32_t q_phase = 0;  // parity of the block's current work tile
-    // The consumers' loop over the work tiles, made for each width of QK(0) (first_width: 128, or without
-    // the mask 32 where S ends in the first quarter of its tile, which batch 0 takes) and the width
-    // chosen once, below: a branch by width inside the loop serialises every wgmma of the kernel
-    // (ptxas C7515).
-    const auto consume = [&](auto first_width) {
     for (int round = 0; round < work.count; ++round) {
       const WorkTile t = work.tile_by_warp(round);
       const int tiles = key_tiles(t.row_tile, seq_len);
@@ -413,31 +389,26 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       mbar_wait(&smem.q_full[cwg], q_phase);
       q_phase ^= 1;
 
-      // ---- batch 0: QK(0), of first_width keys ------------------------------------------------------
+      // ---- batch 0: QK(0) -------------------------------------------------------------------------
       mbar_wait(&smem.k_full[ring.stage], ring.phase);
       if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
-      const auto batch_0 = [&](auto keys) {
-#pragma unroll
-        for (int i = decltype(keys)::value / 2; i < 64; ++i) s_acc[i] = 0.f;  // P of the keys QK leaves out
-        batch_begin(keys);
-        issue_qk(ring.stage, keys);
-        wgmma_commit();
-        named_bar_arrive(their_turn, kConsumerThreads);
-        wgmma_wait<0>();
-        fence_regs(*reinterpret_cast<float(*)[decltype(keys)::value / 2]>(s_acc));
-        if (mask_first || (kCausal && tiles == 1)) mask_s(t.row_tile, key_tile_at(0, tiles, seq_len), keys);
-        if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
-        if (tiles == 1) release_q();
-        softmax(keys);
-      };
-      batch_0(first_width);
+      batch_begin();
+      issue_qk(ring.stage);
+      wgmma_commit();
+      named_bar_arrive(their_turn, kConsumerThreads);
+      wgmma_wait<0>();
+      fence_regs(s_acc);
+      if (mask_last && tiles == 1) mask_s(t.row_tile, 0);
+      if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
+      if (tiles == 1) release_q();
+      softmax();
 
       // ---- batches 1 .. n - 1: QK(j), then PV(j - 1), two commit groups (V17's rotated loop) ------
       Ring<kStages> pv = ring;  // the stage of tile j - 1
       ring.advance();
-      // One batch j at position `tile`; `masked` (std::integral_constant): whether the mask may apply, true
-      // for the last position only, where it applies under the causal mask. The loop runs 1 .. n - 2
-      // with the mask compiled out, the last (n - 1, where n > 1) runs after it.
+      // One batch j of key tile `tile`; `masked` (std::integral_constant): whether the mask may apply, true
+      // for the last key tile only, where it applies if mask_last. The loop runs tiles 1 .. n - 2 with
+      // the mask compiled out, the last tile (n - 1, where n > 1) runs after it.
       const auto batch = [&](int tile, auto masked) {
         constexpr bool kMasked = decltype(masked)::value;
         mbar_wait(&smem.k_full[ring.stage], ring.phase);
@@ -450,8 +421,8 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         pack_p();     // P(j - 1)
         if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn, if m moved
         named_bar_sync(my_turn, kConsumerThreads);
-        batch_begin(AllKeys{});  // one fence for both products: P and O were written by ordinary instructions
-        issue_qk(ring.stage, AllKeys{});
+        batch_begin();  // one fence for both products: P and O were written by ordinary instructions
+        issue_qk(ring.stage);
         wgmma_commit();
         issue_pv(pv.stage);
         wgmma_commit();
@@ -459,14 +430,14 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
         if constexpr (kMasked) {
-          if (kCausal) mask_s(t.row_tile, tile, AllKeys{});
+          if (mask_last) mask_s(t.row_tile, tile);
         }
         if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
           recompute_s(ring.stage);
           if constexpr (kMasked) {
-            if (kCausal) mask_s(t.row_tile, tile, AllKeys{});
+            if (mask_last) mask_s(t.row_tile, tile);
           }
-          softmax(AllKeys{});
+          softmax();
         }
         if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);  // K (and Q) read again at most above
         if (tile == tiles - 1) release_q();  // the last QK of this work tile has read Q
@@ -489,7 +460,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       if (store_thread()) bulk_wait_group_read<0>();
       if (rescale_o_needed) rescale_o();
       named_bar_sync(my_turn, kConsumerThreads);
-      batch_begin(AllKeys{});
+      batch_begin();
       issue_pv(pv.stage);
       wgmma_commit();
       if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
@@ -512,10 +483,6 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         bulk_commit_group();
       }
     }
-    };
-    const int first_keys = seq_len % kBc;
-    if (!kCausal && first_keys != 0 && first_keys <= 32) consume(std::integral_constant<int, 32>{});
-    else consume(AllKeys{});
     // The block's last stores must have read the O tile before the block exits and its shared
     // memory goes to another; waiting for the whole group is as cheap and leaves nothing in flight.
     if (store_thread()) bulk_wait_group<0>();
