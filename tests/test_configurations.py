@@ -128,6 +128,7 @@ def test_hopper_md_has_a_part_per_configuration_and_one_table_of_their_goals(arc
     assert "Not run in this configuration, as config's `configurations` of each says: v14." in causal
     goals = causal.split("# The goals in every configuration")[1]
     assert "| dense (no mask, D=128, fp16) | v15 |" in goals and "| causal (the causal mask, D=128, fp16) | v15 |" in goals
+    assert "a ragged S against the next multiple of 128, paired |" in goals
     assert ".causal" not in chapter and "unfused" in chapter
 
 

@@ -286,7 +286,8 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
         line = [k["name"] for k in ctx["line"]]
         checked = summary[(summary.series == "check") & summary.kernel.isin(line)]
         here = {k["name"] for k in meta["kernels"]}
-        goals.append({"configuration": configuration, "verdicts": ctx["goal_verdicts"], "next_goal": ctx["next_goal"]})
+        goals.append({"configuration": configuration, "verdicts": ctx["goal_verdicts"], "next_goal": ctx["next_goal"],
+                      "ragged": ctx["ragged"]})
         parts.append({**ctx, "meta": meta, "configuration": configuration, "first": i == 0,
                       "figures": FIGURES if i == 0 else None, "correctness": correctness(checked, line),
                       "commits": commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")]),
