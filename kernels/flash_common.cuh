@@ -180,15 +180,18 @@ struct LaunchContract {
   int causal;              // 1: the kernel masks keys after each query (built with FLASH_CAUSAL=1)
   int work_list;           // 1 (V25 on): it walks the work tiles the launch lists for its grid (hopper.cuh)
   int l2_section_bytes;    //   in sections of heads whose K and V fit in this many bytes (0: one head)
+  int ragged_first_keys;   // (V25 on) n: a second entry, flash_attention_forward_ragged_first, for the S
+                           //   whose last key tile holds 1 to n keys (0: none)
 };
 }  // namespace flash
 #define FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, tensor_maps,   \
                                      box_cols, q_box_rows, kv_box_rows, o_box_rows, swizzle_bytes, ctas_per_sm,     \
-                                     tensor_map_rank, causal, work_list, l2_section_bytes)                          \
+                                     tensor_map_rank, causal, work_list, l2_section_bytes, ragged_first_keys)       \
   extern "C" __device__ const flash::LaunchContract flash_launch_contract = {                                    \
       int(threads),     int(block_rows), int(block_cols),  int(dynamic_smem_bytes), int(head_dim),              \
       int(tensor_maps), int(box_cols),   int(q_box_rows),  int(kv_box_rows),        int(o_box_rows),            \
-      int(swizzle_bytes), int(ctas_per_sm), int(tensor_map_rank), int(causal), int(work_list), int(l2_section_bytes)};
+      int(swizzle_bytes), int(ctas_per_sm), int(tensor_map_rank), int(causal), int(work_list), int(l2_section_bytes), \
+      int(ragged_first_keys)};
 #define FLASH_LAUNCH_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes)                             \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 0, 0, 0, 0, 0, \
-                               0, 0, 0, 0, 0, 0)
+                               0, 0, 0, 0, 0, 0, 0)

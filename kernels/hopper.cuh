@@ -186,6 +186,16 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t des
       : FLASH_D64
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
+// The same at N = 32 (QK of a key tile S ends in the first quarter of): D is the first 16
+// accumulators, keys 0..31 of the tile.
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : FLASH_D8(0), FLASH_D8(8)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
 // D[64x128] (+)= A[64x16] B[16x128], A from registers (4 x f16x2), B from shared memory MN-major
 // (transpose flag set: B's N dimension is the contiguous one).
 __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
@@ -388,17 +398,17 @@ __device__ __forceinline__ void require_head_tiles_cover(int seq_len, int row_ti
 #define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)     \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 3,             \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes, 0, 2, \
-                               0, 0, 0)
+                               0, 0, 0, 0)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,      \
                                              kv_box_rows, ctas_per_sm)                                              \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 3,             \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes,       \
-                               ctas_per_sm, 2, 0, 0, 0)
+                               ctas_per_sm, 2, 0, 0, 0, 0)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT_O(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,    \
                                                kv_box_rows, o_box_rows, ctas_per_sm)                                \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 4,             \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, o_box_rows,                            \
-                               flash::hopper::kSwizzleBytes, ctas_per_sm, 2, 0, 0, 0)
+                               flash::hopper::kSwizzleBytes, ctas_per_sm, 2, 0, 0, 0, 0)
 //
 // FLASH_LAUNCH_CONTRACT_HEAD_MAPS (V25 on): a persistent kernel on 4-D maps over q, k, v and o, each
 // {D, S, H, B} by head (box {64 columns, box rows, 1, 1}); it takes any S, and masks keys after each
@@ -408,8 +418,12 @@ __device__ __forceinline__ void require_head_tiles_cover(int seq_len, int row_ti
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles,
 //                           batch_heads, heads, work_list)
 // with row_tiles = ceil(S / block_rows), batch_heads = B*H (require_head_tiles_cover, WorkList::of_this_block).
+// Where ragged_first_keys is n > 0, the same parameters go to flash_attention_forward_ragged_first for
+// an S with 0 < S mod block_cols <= n.
 #define FLASH_LAUNCH_CONTRACT_HEAD_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, q_box_rows, \
-                                        kv_box_rows, o_box_rows, ctas_per_sm, causal, l2_section_bytes)             \
+                                        kv_box_rows, o_box_rows, ctas_per_sm, causal, l2_section_bytes,             \
+                                        ragged_first_keys)                                                          \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, 4,                   \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, o_box_rows,                            \
-                               flash::hopper::kSwizzleBytes, ctas_per_sm, 4, causal, 1, l2_section_bytes)
+                               flash::hopper::kSwizzleBytes, ctas_per_sm, 4, causal, 1, l2_section_bytes,               \
+                               ragged_first_keys)

@@ -4,6 +4,15 @@
 // Any S: Q, K, V and O are read and written through 4-D tensor maps by head ({D, S, H, B}), whose
 // bound on S fills a box that reaches past the last row with zeros and clips the O stores; keys at
 // or past S are masked in the last key tile.
+// Two entries: flash_attention_forward for every S but those whose last key tile holds 1 to 32 keys,
+// and flash_attention_forward_ragged_first for those (the launch picks by the contract's
+// ragged_first): there the tiles are laid out from S's end, so that the part tile is every work tile's
+// key tile 0, whose QK (wgmma N = 32) and softmax take its keys alone (see `attention`).
+// Choice: a second entry, not a choice by width inside the kernel: a branch by width in batch 0
+//   serialises every wgmma (ptxas C7515), and the consumers' loop made once per width, chosen once,
+//   slowed the whole-tile copy by 3.3-6.7% at S = 512-4096 (NOTES), while the narrow tile made S = 4000
+//   2.0% cheaper than 4096. As an entry of its own the first entry is V25's code instruction for
+//   instruction, and its ragged tile is its own.
 // Causal: row tile r (rows 128r..128r+127) needs key tiles 0..r only (Br = Bc): the tiles wholly
 // above the diagonal are never loaded or multiplied, and the mask is applied on the diagonal tile
 // alone (the last of a work tile).
@@ -38,7 +47,7 @@
 //     half for its warpgroup's q_empty (the previous work tile's last QK has read it)
 //   warpgroups 1, 2: consumers A and B, 64 query rows each, taking turns on the tensor cores
 //     (named barriers turn[A], turn[B]; B half a batch behind A):
-//       wait Q | batch 0: QK(0) | softmax(0)
+//       wait Q | batch 0: QK(0) (32 keys wide in the ragged-first entry) | softmax(0)
 //       batch j = 1 .. n-1: wait K(j), V(j-1) | pack P(j-1), rescale O | turn: QK(j), PV(j-1) |
 //                           softmax(j) overlapping PV(j-1); release K(j), V(j-2)
 //       batch n: PV(n-1) | release V(n-1), and Q after the last QK
@@ -47,6 +56,7 @@
 //     m (V23), moves m only past 2^8 (V22), and multiplies S again on the FMA pipe where P overflows.
 //   Br = 128, Bc = 128. Shared memory: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the barriers.
 //
+#include <climits>      // INT_MAX: a mask with no end
 #include <type_traits>  // std::integral_constant: a batch's compile-time mask flag
 
 #include "hopper.cuh"
@@ -80,6 +90,7 @@ constexpr float kRescaleP = 256.f;                           // V23: the same, s
 constexpr int kStages = 2;                                   // K/V ring depth
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
+constexpr int kRaggedFirstKeys = 32;                         // the entry ..._ragged_first takes 0 < S mod 128 <= this
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 
@@ -113,16 +124,27 @@ __device__ __forceinline__ int key_tiles(int row_tile, int seq_len) {
 }  // namespace
 
 FLASH_LAUNCH_CONTRACT_HEAD_MAPS(kThreads, kBr, kBc, kSmemBytes, kD, kWgRows, kBc, kWgRows, kCtasPerSm, kCausal,
-                                kL2SectionBytes)
+                                kL2SectionBytes, kRaggedFirstKeys)
 
-extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
-flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, const half* __restrict__ v,
-                        half* __restrict__ o, int seq_len, float scale_log2, const __grid_constant__ CUtensorMap tmap_q,
-                        const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
-                        const __grid_constant__ CUtensorMap tmap_o, int row_tiles, int batch_heads, int heads,
-                        const int4* __restrict__ work_list) {
+// The kernel, in two entries (below): kRaggedFirst where S ends in the first quarter of a key tile.
+template <bool kRaggedFirst>
+__device__ __forceinline__ void attention(int seq_len, float scale_log2, const CUtensorMap& tmap_q,
+                                          const CUtensorMap& tmap_k, const CUtensorMap& tmap_v,
+                                          const CUtensorMap& tmap_o, int row_tiles, int batch_heads, int heads,
+                                          const int4* __restrict__ work_list) {
   const WorkList::Head list_head = WorkList::head_of_this_block(work_list);  // in flight under the set-up
   require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kBr);
+
+  // Where the tiles start. Without kRaggedFirst, key tile c is keys 128c .. and row tile r rows 128r ..
+  // (the tile S ends in masked past S). With it (r = S mod 128, 1 to 32), key tile 0 is keys 0 .. r - 1,
+  // loaded from key 0 (keys r .. 31 of its narrow QK are masked: key tile 1's), and key tile c >= 1
+  // keys 128c - (128 - r) ..: the ragged part is every work tile's batch 0, whose QK is 32 keys wide.
+  // Under the mask the row tiles shift the same way (row tile 0 is rows -(128 - r) .. r - 1; TMA fills
+  // the rows before 0 with zeros and the O store clips them), so that a row tile's diagonal is still
+  // its last key tile.
+  const int key_shift = kRaggedFirst ? kBc - seq_len % kBc : 0;
+  const int row_shift = kCausal ? key_shift : 0;
+  const auto key_start = [&](int tile) { return kRaggedFirst && tile > 0 ? tile * kBc - key_shift : tile * kBc; };
 
   extern __shared__ unsigned char smem_raw[];
   SharedStorage& smem =
@@ -156,20 +178,22 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       const auto load_k = [&](const WorkTile& t, int tile) {
         mbar_wait(&smem.k_empty[k_ring.stage], k_ring.phase ^ 1);
         mbar_arrive_expect_tx(&smem.k_full[k_ring.stage], kTileBytes);
-        tma_load_head_tile<kBc>(smem.k[k_ring.stage][0], &tmap_k, &smem.k_full[k_ring.stage], tile * kBc, t.head, t.batch);
+        tma_load_head_tile<kBc>(smem.k[k_ring.stage][0], &tmap_k, &smem.k_full[k_ring.stage], key_start(tile), t.head,
+                                t.batch);
         k_ring.advance();
       };
       const auto load_v = [&](const WorkTile& t, int tile) {
         mbar_wait(&smem.v_empty[v_ring.stage], v_ring.phase ^ 1);
         mbar_arrive_expect_tx(&smem.v_full[v_ring.stage], kTileBytes);
-        tma_load_head_tile<kBc>(smem.v[v_ring.stage][0], &tmap_v, &smem.v_full[v_ring.stage], tile * kBc, t.head, t.batch);
+        tma_load_head_tile<kBc>(smem.v[v_ring.stage][0], &tmap_v, &smem.v_full[v_ring.stage], key_start(tile), t.head,
+                                t.batch);
         v_ring.advance();
       };
       uint32_t q_phase = 0;  // parity of the block's current work tile
       // warpgroup c's rows (both 64-column boxes of them) once c is done with its rows of the last Q
       const auto load_q = [&](const WorkTile& t) {
         for (int c = 0; c < kConsumerWarpgroups; ++c) {
-          const int row = t.row_tile * kBr + c * kWgRows;
+          const int row = t.row_tile * kBr + c * kWgRows - row_shift;
           mbar_wait(&smem.q_empty[c], q_phase ^ 1);
           mbar_arrive_expect_tx(&smem.q_full[c], kQRowsBytes);
           tma_load_4d(smem.q[0] + c * kWgRows * kBoxCols, &tmap_q, &smem.q_full[c], 0, row, t.head, t.batch);
@@ -215,13 +239,18 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     float row_sum[2];  // this thread's part of the running sum of exp (0 at each work tile)
 
     // ---- the pieces of a batch -------------------------------------------------------------------
-    // S = Q K^T: 64 rows x 128 keys per warpgroup, 8 wgmma k16 steps over the head dim.
-    const auto issue_qk = [&](int stage) {
+    // S = Q K^T: 64 rows x `keys` keys per warpgroup (128, or 32 where key tile 0 is ragged, when it
+    // writes s_acc[0 .. 16) alone), 8 wgmma k16 steps over the head dim.
+    const auto issue_qk = [&](int stage, auto keys) {
+      constexpr int kKeys = decltype(keys)::value;
+      static_assert(kKeys == 128 || kKeys == 32, "QK of a whole key tile, or of its first quarter");
       const uint64_t k_desc0 = make_desc_sw128(smem_addr(smem.k[stage][0]), 16, kAtomBytes);
 #pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks)
-        wgmma_m64n128k16_ss(s_acc, desc_advance(q_desc0, qk_step(ks, kBr)), desc_advance(k_desc0, qk_step(ks, kBc)),
-                            ks > 0);
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const uint64_t a = desc_advance(q_desc0, qk_step(ks, kBr)), b = desc_advance(k_desc0, qk_step(ks, kBc));
+        if constexpr (kKeys == 128) wgmma_m64n128k16_ss(s_acc, a, b, ks > 0);
+        if constexpr (kKeys == 32) wgmma_m64n32k16_ss(*reinterpret_cast<float(*)[16]>(s_acc), a, b, ks > 0);
+      }
     };
     // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
     // B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
@@ -232,25 +261,36 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       for (int kk = 0; kk < kBc / 16; ++kk)
         wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
     };
-    // Before a batch: the registers its wgmma write or read were last touched by ordinary code.
-    const auto batch_begin = [&] {
-      fence_regs(o_acc), fence_regs(s_acc);
+    using AllKeys = std::integral_constant<int, kBc>;  // QK's width (wgmma N) on a whole key tile
+    using RaggedKeys = std::integral_constant<int, kRaggedFirstKeys>;  // on a ragged key tile 0
+    // Before a batch: the registers its wgmma write or read were last touched by ordinary code (of S,
+    // those a QK of `keys` keys writes).
+    const auto batch_begin = [&](auto keys) {
+      fence_regs(o_acc), fence_regs(*reinterpret_cast<float(*)[decltype(keys)::value / 2]>(s_acc));
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
       wgmma_fence();
     };
-    // The mask on S (s_acc[4i + 2h + e]: row g + 8h of the warp's 16, key 8i + 2 quad + e): -inf on keys
-    // at or past S, and under the causal mask on keys after the row. Only on a work tile's last key
-    // tile, and there only where the diagonal or S crosses it (mask_last): the diagonal tile is a
-    // row tile's last, and so is the tile S ends in. Every row keeps at least one key of every tile
-    // it reads (its diagonal key, or the tile's first).
-    const bool mask_last = kCausal || seq_len % kBc != 0;
-    const auto mask_s = [&](int row_tile, int tile) {
-      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g, key0 = tile * kBc + 2 * quad;
+    // The mask on S (s_acc[4i + 2h + e]: row g + 8h of the warp's 16, key 8i + 2 quad + e), over the
+    // accumulators a QK of `keys` keys wrote: -inf on keys at or past the tile's end (S; with
+    // kRaggedFirst, key tile 0's key r), and under the causal mask on keys after the row. Only where the
+    // diagonal or the end crosses a tile: a work tile's last (mask_last: the diagonal, and without
+    // kRaggedFirst the tile S ends in) and with kRaggedFirst its first. Every row at or past 0 keeps at
+    // least one key of every tile it reads (its diagonal key, or the tile's first).
+    const bool mask_last = kCausal || (!kRaggedFirst && seq_len % kBc != 0);
+    // Rows and keys by their place on the grid of whole tiles (with kRaggedFirst, key tile 0's keys 0 ..
+    // r - 1 in its last r places, and under the mask each row key_shift places on): the diagonal and
+    // the tiles' ends where they are without kRaggedFirst.
+    // `first`: key tile 0 (std::true_type), whose keys sit in its last places with kRaggedFirst.
+    const auto mask_s = [&](int row_tile, int tile, auto keys, auto first) {
+      constexpr bool kRaggedTile = kRaggedFirst && decltype(first)::value;
+      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g;
+      const int key0 = tile * kBc + 2 * quad + (kRaggedTile ? kBc - seq_len % kBc : 0);
+      const int end = kRaggedFirst ? (kRaggedTile ? kBc : INT_MAX) : seq_len;  // INT_MAX: no end crosses it
 #pragma unroll
-      for (int i = 0; i < 64; ++i) {
+      for (int i = 0; i < decltype(keys)::value / 2; ++i) {
         const int row = row0 + 8 * ((i / 2) % 2), key = key0 + 8 * (i / 4) + i % 2;
-        if (key >= seq_len || (kCausal && key > row)) s_acc[i] = -INFINITY;
+        if (key >= end || (kCausal && key > row)) s_acc[i] = -INFINITY;
       }
     };
     // Online softmax of S in registers (a thread holds 32 of the 128 columns of rows g, g + 8). It
@@ -260,14 +300,16 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     // rescale_o_needed: whether any row of this warp moved its m, the same in every lane.
     float rescale[2];
     bool rescale_o_needed = true;
-    const auto softmax = [&] {
+    // Over the accumulators a QK of `keys` keys wrote; the others hold P = 0 already.
+    const auto softmax = [&](auto keys) {
+      constexpr int kLive = decltype(keys)::value / 2;
       float neg_max_scaled[2];
       bool moved = false;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float tile_max = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) tile_max = fmaxf(tile_max, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
+        for (int i = 0; i < kLive / 4; ++i) tile_max = fmaxf(tile_max, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
         const float new_max = fmaxf(row_max[h], quad_max(tile_max));
         rescale[h] = 1.f;
         if ((new_max - row_max[h]) * scale_log2 > kRescaleLog2) {
@@ -280,7 +322,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       }
       rescale_o_needed = __any_sync(0xffffffff, moved);
 #pragma unroll
-      for (int i = 0; i < 64; ++i) {
+      for (int i = 0; i < kLive; ++i) {
         const int h = (i / 2) % 2;
         s_acc[i] = fast_exp2(fmaf(s_acc[i], scale_log2, neg_max_scaled[h]));
         row_sum[h] += s_acc[i];
@@ -389,19 +431,29 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       mbar_wait(&smem.q_full[cwg], q_phase);
       q_phase ^= 1;
 
-      // ---- batch 0: QK(0) -------------------------------------------------------------------------
+      // ---- batch 0: QK(0), of 32 keys with kRaggedFirst --------------------------------------------
+      using FirstKeys = std::conditional_t<kRaggedFirst, RaggedKeys, AllKeys>;
+      constexpr int kFirstLive = FirstKeys::value / 2;  // the accumulators QK(0) writes
+#pragma unroll
+      for (int i = kFirstLive; i < 64; ++i) s_acc[i] = 0.f;  // P of the keys QK(0) leaves out
       mbar_wait(&smem.k_full[ring.stage], ring.phase);
       if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
-      batch_begin();
-      issue_qk(ring.stage);
+      batch_begin(FirstKeys{});
+      issue_qk(ring.stage, FirstKeys{});
       wgmma_commit();
       named_bar_arrive(their_turn, kConsumerThreads);
       wgmma_wait<0>();
-      fence_regs(s_acc);
-      if (mask_last && tiles == 1) mask_s(t.row_tile, 0);
+      fence_regs(*reinterpret_cast<float(*)[kFirstLive]>(s_acc));
+      if (kRaggedFirst && !(kCausal && tiles == 1)) {  // key tile 0's keys r .. 31 are key tile 1's
+#pragma unroll
+        for (int i = 0; i < kFirstLive; ++i)
+          if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
+      } else if (kRaggedFirst || (mask_last && tiles == 1)) {  // a diagonal, or S, crosses it
+        mask_s(t.row_tile, 0, FirstKeys{}, std::true_type{});
+      }
       if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
       if (tiles == 1) release_q();
-      softmax();
+      softmax(FirstKeys{});
 
       // ---- batches 1 .. n - 1: QK(j), then PV(j - 1), two commit groups (V17's rotated loop) ------
       Ring<kStages> pv = ring;  // the stage of tile j - 1
@@ -421,8 +473,8 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         pack_p();     // P(j - 1)
         if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn, if m moved
         named_bar_sync(my_turn, kConsumerThreads);
-        batch_begin();  // one fence for both products: P and O were written by ordinary instructions
-        issue_qk(ring.stage);
+        batch_begin(AllKeys{});  // one fence for both products: P and O were written by ordinary instructions
+        issue_qk(ring.stage, AllKeys{});
         wgmma_commit();
         issue_pv(pv.stage);
         wgmma_commit();
@@ -430,14 +482,14 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
         if constexpr (kMasked) {
-          if (mask_last) mask_s(t.row_tile, tile);
+          if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{});
         }
         if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
           recompute_s(ring.stage);
           if constexpr (kMasked) {
-            if (mask_last) mask_s(t.row_tile, tile);
+            if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{});
           }
-          softmax();
+          softmax(AllKeys{});
         }
         if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);  // K (and Q) read again at most above
         if (tile == tiles - 1) release_q();  // the last QK of this work tile has read Q
@@ -460,7 +512,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       if (store_thread()) bulk_wait_group_read<0>();
       if (rescale_o_needed) rescale_o();
       named_bar_sync(my_turn, kConsumerThreads);
-      batch_begin();
+      batch_begin(AllKeys{});
       issue_pv(pv.stage);
       wgmma_commit();
       if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
@@ -477,7 +529,7 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
       fence_proxy_async();  // this thread's writes, visible to the TMA unit's reads
       named_bar_sync(kOBar + cwg, 128);  // all 128 threads of this warpgroup have written and fenced its rows
       if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
-        const int o_row = t.row_tile * kBr + cwg * kWgRows;
+        const int o_row = t.row_tile * kBr + cwg * kWgRows - row_shift;
         tma_store_4d(&tmap_o, smem.o[0] + cwg * kWgRows * kBoxCols, 0, o_row, t.head, t.batch);
         tma_store_4d(&tmap_o, smem.o[1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row, t.head, t.batch);
         bulk_commit_group();
@@ -488,3 +540,20 @@ flash_attention_forward(const half* __restrict__ q, const half* __restrict__ k, 
     if (store_thread()) bulk_wait_group<0>();
   }
 }
+
+#define FLASH_V25_PARAMS                                                                                       \
+  const half* __restrict__ q, const half* __restrict__ k, const half* __restrict__ v, half* __restrict__ o,   \
+      int seq_len, float scale_log2, const __grid_constant__ CUtensorMap tmap_q,                               \
+      const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,                  \
+      const __grid_constant__ CUtensorMap tmap_o, int row_tiles, int batch_heads, int heads,                   \
+      const int4* __restrict__ work_list
+// Every S but those the next entry takes.
+extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attention_forward(FLASH_V25_PARAMS) {
+  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
+}
+// S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys): the tiles laid out from S's end.
+extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
+flash_attention_forward_ragged_first(FLASH_V25_PARAMS) {
+  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
+}
+#undef FLASH_V25_PARAMS

@@ -299,9 +299,10 @@ class AnySeqLen(Implementation):
 
 
 def test_a_ragged_s_is_checked_by_what_takes_it_and_a_defect_there_fails():
-    ragged, shapes = Shape(1, 3, 200, 128), [Shape(1, 2, 128, 128)]
+    ragged, shapes = (Shape(1, 3, 200, 128), Shape(1, 3, 150, 128)), [Shape(1, 2, 128, 128)]
     taken = check_kernel(AnySeqLen(), shapes, GATE, kinds=["normal"], ragged=ragged, progress=lambda m: None)
-    assert [(r["S"], r["passed"]) for r in taken["shapes"]] == [(128, True), (200, True)] and taken["passed"]
+    assert [(r["S"], r["passed"]) for r in taken["shapes"]] == [(128, True), (200, True), (150, True)]
+    assert taken["passed"]
     tiled = check_kernel(Implementation(), shapes, GATE, kinds=["normal"], ragged=ragged, progress=lambda m: None)
     assert [r["S"] for r in tiled["shapes"]] == [128] and tiled["passed"]  # its tiles must divide S: not asked
     planted = check_kernel(AnySeqLen("zero_row"), shapes, GATE, kinds=["normal"], ragged=ragged, progress=lambda m: None)

@@ -476,29 +476,48 @@ def test_v24_loads_each_consumer_warpgroups_rows_of_q_on_their_own(records, buil
     assert_softmax_between_the_waits_and_the_guard_first(v24_sass)
 
 
+def _functions(sass_text: str) -> dict[str, str]:
+    """A cubin's SASS by entry function (cuobjdump's "Function : name" sections)."""
+    parts = re.split(r"\n\s*Function : (\w+)\n", sass_text)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
 def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records, built):
     """V25 keeps V24's shared memory, registers and turn (in both copies of a batch: the loop's and the
-    last key tile's), and loads and stores through 4-D tensor maps
-    (by head: any S); its build in the causal configuration (FLASH_CAUSAL=1) is the causal kernel,
-    which its contract says, from the same source and with the same resources. The mask's selects
-    (-inf) are in both builds."""
+    last key tile's), and loads and stores through 4-D tensor maps (by head: any S); its build in the
+    causal configuration (FLASH_CAUSAL=1) is the causal kernel, which its contract says, from the same
+    source and with the same resources. The mask's selects (-inf) are in both builds. Each build has a
+    second entry for an S whose last key tile holds 1 to 32 keys, which its contract names: the same
+    resources and turns, its QK(0) of 32 keys (wgmma N=32) where the first entry's are all 128."""
     v24, v25, causal = records[("v24", "sm_90a")], records[("v25", "sm_90a")], records[("v25.causal", "sm_90a")]
-    assert v25["launch"] == {**v24["launch"], "tensor_map_rank": 4, "work_list": {"l2_section_bytes": 0}}
+    ragged_first = {"entry": "flash_attention_forward_ragged_first", "keys": 32}
+    assert v25["launch"] == {**v24["launch"], "tensor_map_rank": 4, "work_list": {"l2_section_bytes": 0},
+                             "ragged_first": ragged_first}
     assert v25["registers"] == v24["registers"] and v25["spill_bytes"] == 0
     assert v25["stack_frame_bytes"] == causal["stack_frame_bytes"] == ROLLED_RARE_PATH_STACK["v25"]
     assert causal["launch"] == {**v25["launch"], "causal": True, "work_list": {"l2_section_bytes": 16 << 20}}
     assert causal["defines"] == {"FLASH_CAUSAL": 1}
     assert causal["registers"] == v25["registers"] and causal["spill_bytes"] == 0
-    assert "-INF" in _sass(causal, built).split("FSEL", 1)[1]
-    v24_sass, v25_sass = _sass(v24, built), _sass(v25, built)
-    assert "UTMALDG.4D" in v25_sass and "UTMALDG.2D" not in v25_sass and "UTMASTG.4D" in v25_sass
-    assert v25_sass.count("UTMALDG") == v24_sass.count("UTMALDG")
-    assert "-INF" in v25_sass.split("FSEL", 1)[1]
-    (v24_turn,), v25_turns = _turns(v24_sass), _turns(v25_sass)
-    assert len(v25_turns) == 2  # the loop's batch and the peeled last key tile's
-    for turn in v25_turns:  # no longer than V24's, and the Q descriptor in uniform registers already
-        assert len(turn) <= len(v24_turn) + 2 and not any("R2UR" in line for line in turn)
-    assert_softmax_between_the_waits_and_the_guard_first(v25_sass)
+    for build in (v25, causal):
+        assert build["ragged_first"] == {"registers": v25["registers"], "stack_frame_bytes": v25["stack_frame_bytes"],
+                                         "spill_store_bytes": 0, "spill_load_bytes": 0, "static_smem_bytes": 0}
+    (v24_turn,) = _turns(_sass(v24, built))
+    v24_loads = _sass(v24, built).count("UTMALDG")
+    for build in (v25, causal):
+        entries = _functions(_sass(build, built))
+        assert set(entries) == {"flash_attention_forward", "flash_attention_forward_ragged_first"}
+        for name, sass_text in entries.items():
+            assert "UTMALDG.4D" in sass_text and "UTMALDG.2D" not in sass_text and "UTMASTG.4D" in sass_text
+            assert sass_text.count("UTMALDG") == v24_loads
+            assert "-INF" in sass_text.split("FSEL", 1)[1]
+            turns = _turns(sass_text)
+            assert 1 <= len(turns) <= 2  # the loop's batch and the peeled last key tile's (one, where alike)
+            for turn in turns:  # no longer than V24's, and the Q descriptor in uniform registers already
+                assert len(turn) <= len(v24_turn) + 2 and not any("R2UR" in line for line in turn)
+            assert_softmax_between_the_waits_and_the_guard_first(sass_text)
+            narrow = sum("HGMMA.64x32x16" in line for line in _instructions(sass_text))
+            assert narrow == (8 if name.endswith("ragged_first") else 0)  # QK(0)'s 8 k-steps, 32 keys wide
+        assert len(_turns(entries["flash_attention_forward"])) == 2
 
 
 @pytest.mark.parametrize("build, contract, message", [

@@ -61,7 +61,7 @@ def test_the_shipped_config_is_valid():
     (lambda c: c["peers"].update(v11={"backend": "auto", "change": "x"}), r"'peers.v11': a kernel has that name too"),
     (lambda c: c.update(baseline="cublas"), r"'baseline': 'cublas' is not one of the peers"),
     (lambda c: c["sweep"].update(S=[512, 1000]), r"'sweep.S\[1\]': 1000 is not a multiple of 128"),
-    (lambda c: c["check"]["ragged"].update(S=1024), r"'check.ragged.S': 1024 is not allowed: a multiple of 128 is"),
+    (lambda c: c["check"]["ragged"][1].update(S=1024), r"'check.ragged\[1\].S': 1024 is not allowed: a multiple of 128"),
     (lambda c: c["sweep"].update(ragged=[9000]),
      r"'sweep.ragged\[0\]': 9000 is held against the next multiple of 128, 9088, which is not one of sweep.S"),
     (lambda c: c.update(ncu=True), r"'ncu': True is not allowed: Nsight Compute for the profile stage"),

@@ -260,3 +260,13 @@ def test_a_persistent_kernel_is_not_held_to_the_grid_y_limit():
     assert kernel.supports(Shape(2, 40000, 128, 128)) is None  # its grid's y is 1
     assert "int32" in kernel.supports(Shape(64, 1024, 32768, 128))  # 2^31 rows
     assert "multiple" in kernel.supports(Shape(1, 1, 192, 128))  # whole tiles, as for every kernel
+
+
+def test_a_launch_takes_the_ragged_first_entry_where_the_last_key_tile_holds_few_keys():
+    """A contract with ragged_first (V25): an S whose last key tile holds 1 to `keys` keys goes to that
+    entry, every other S (whole tiles among them) to the first; a contract without it, always the first."""
+    contract = {**BY_HEAD, "block_cols": 128, "ragged_first": {"entry": "flash_attention_forward_ragged_first", "keys": 32}}
+    taken = {S: launch.takes_ragged_first(contract, S) for S in (1, 32, 33, 127, 128, 129, 160, 161, 1000, 1050, 4000, 4096)}
+    assert taken == {1: True, 32: True, 33: False, 127: False, 128: False, 129: True, 160: True, 161: False,
+                     1000: False, 1050: True, 4000: True, 4096: False}
+    assert not any(launch.takes_ragged_first({**BY_HEAD, "block_cols": 128}, S) for S in (1, 4000))

@@ -107,11 +107,11 @@ def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal
     return {**row, **measured, **verdict}
 
 
-def shapes_for(kernel, shapes: list[Shape], smallest: tuple[int, int] | None, ragged: Shape | None = None
+def shapes_for(kernel, shapes: list[Shape], smallest: tuple[int, int] | None, ragged: tuple[Shape, ...] = ()
                ) -> list[Shape]:
-    """The configured shapes; `ragged` where the kernel or peer takes it (any S); and for a kernel the
-    smallest S it takes at an odd B*H (`smallest`)."""
-    extras = [ragged] if ragged is not None and kernel.supports(ragged) is None else []
+    """The configured shapes; the `ragged` ones where the kernel or peer takes them (any S); and for a
+    kernel the smallest S it takes at an odd B*H (`smallest`)."""
+    extras = [shape for shape in ragged if kernel.supports(shape) is None]
     S = getattr(kernel, "smallest_seq_len", None)
     if smallest is not None and S is not None:
         extras.append(Shape(B=smallest[0], H=smallest[1], S=S, D=shapes[0].D))
@@ -127,7 +127,7 @@ def _verdict(r: dict) -> str:
 
 def check_kernel(kernel, shapes: list[Shape], gate: Gate, kinds=attention.INPUT_KINDS,
                  smallest: tuple[int, int] | None = None, progress=print, causal: bool = False,
-                 ragged: Shape | None = None) -> dict:
+                 ragged: tuple[Shape, ...] = ()) -> dict:
     """Check every shape (the first is the case, where the timing happens) on every kind of input.
     It passes when nothing failed and the case was checked on every kind: an implementation that
     skips the case (a peer with no kernel for it) is not checked there, so it is not timed there."""

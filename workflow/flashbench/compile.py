@@ -19,6 +19,7 @@ from .config import conform
 from .files import sha256
 
 ENTRY = "flash_attention_forward"
+RAGGED_FIRST_ENTRY = "flash_attention_forward_ragged_first"  # a kernel's entry for S ragged in its first keys (V25 on)
 
 
 def nvcc() -> str:
@@ -193,14 +194,15 @@ CONTRACT_SYMBOL = "flash_launch_contract"
 # flash::LaunchContract's int fields, in order (flash_common.cuh)
 CONTRACT_FIELDS = ("threads", "block_rows", "block_cols", "dynamic_smem_bytes", "head_dim", "tensor_maps", "box_cols",
                    "q_box_rows", "kv_box_rows", "o_box_rows", "swizzle_bytes", "ctas_per_sm", "tensor_map_rank", "causal",
-                   "work_list", "l2_section_bytes")
+                   "work_list", "l2_section_bytes", "ragged_first_keys")
 
 
 def launch_contract(cubin: Path) -> dict:
     """The launch contract in `cubin`, as the launcher reads it: threads, tile shape, dynamic shared
     memory, head dim; the tensor maps a Hopper kernel takes (q, k, v and maybe o), and their rank where
-    they are by head (4, V25 on); for a persistent kernel, its blocks per SM; whether it is causal; and
-    for one that walks a work list (V25 on), the bytes of K and V a section of its heads may hold."""
+    they are by head (4, V25 on); for a persistent kernel, its blocks per SM; whether it is causal; for
+    one that walks a work list (V25 on), the bytes of K and V a section of its heads may hold; and where it
+    has a second entry for an S ragged in its first keys, that entry and how many keys it takes."""
     try:
         raw = elf.symbol_bytes(cubin, CONTRACT_SYMBOL)
     except elf.NoSuchSymbol as e:
@@ -222,6 +224,8 @@ def launch_contract(cubin: Path) -> dict:
         contract["causal"] = True
     if fields["work_list"]:  # it walks the work tiles the launch lists (work_list.py), in sections this size
         contract["work_list"] = {"l2_section_bytes": fields["l2_section_bytes"]}
+    if fields["ragged_first_keys"]:  # a second entry for an S whose last key tile holds 1 to this many keys
+        contract["ragged_first"] = {"entry": RAGGED_FIRST_ENTRY, "keys": fields["ragged_first_keys"]}
     return contract
 
 
@@ -257,6 +261,8 @@ def compile_kernel(name: str, source: Path | str, arch: str, flags: list[str], d
         "launch": contract,
         "smem_bytes": smem_total,
         **occupancy.blocks_per_sm(arch, contract["threads"], resources["registers"], smem_total),
+        **({"ragged_first": {k: v for k, v in ptxas.parse(report, RAGGED_FIRST_ENTRY).items() if k != "arch"}}
+           if "ragged_first" in contract else {}),
         # less ptxas's own time, so that the same build gives the same record in any checkout
         "ptxas_report": "\n".join(line for line in report.strip().splitlines() if "Compile time =" not in line),
     }

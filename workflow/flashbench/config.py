@@ -136,6 +136,11 @@ def sweep_lengths(sweep: dict | None) -> list[int]:
 PAIR_TIMING = ("rounds", "warmup", "min_timing_ms", "lead_in_ms")  # what of head_to_head a ragged pair reads
 
 
+def _as_list(shapes) -> list:
+    """check.ragged as a list: one shape alone is a run's from before the list."""
+    return [shapes] if isinstance(shapes, dict) else list(shapes)
+
+
 def ragged_near(S: int, tile: int = 128) -> int:
     """The length a ragged S (sweep.ragged) is paired with: the next multiple of the tile."""
     return -(-S // tile) * tile
@@ -178,7 +183,7 @@ class Settings:
     head_to_head: dict | None = None
     cycles: dict | None = None
     configurations: list[Configuration] = field(default_factory=lambda: [DENSE])  # the case's first
-    check_ragged: Shape | None = None  # a shape of a ragged S, checked by whatever takes any S
+    check_ragged: tuple[Shape, ...] = ()  # shapes of a ragged S, checked by whatever takes any S
     check_kernel_inputs: list[str] = field(default_factory=list)  # kinds the kernels alone run on, besides
     mapping: dict = field(default_factory=dict, repr=False, compare=False)  # the validated config it was made of
 
@@ -198,7 +203,7 @@ class Settings:
         if stage == "check":
             return {**peer, "shapes": [s.as_dict() for s in self.check_shapes], "inputs": self.check_kinds(name),
                     "smallest": self.check_smallest, "factor": self.check_factor, "tolerance": self.tolerance,
-                    **({"ragged": self.check_ragged.as_dict()} if self.check_ragged else {})}
+                    **({"ragged": [s.as_dict() for s in self.check_ragged]} if self.check_ragged else {})}
         if stage == "bench":
             return {**peer, "case": case, "bench": self.bench}
         if stage == "sweep":  # a headline version's pairs its ragged lengths as the head-to-head times them
@@ -515,7 +520,7 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
         check_shapes=[case] + extra,
         check_inputs=list(config["check"]["inputs"]),
         check_smallest=(config["check"]["smallest"]["B"], config["check"]["smallest"]["H"]),
-        check_ragged=Shape(**config["check"]["ragged"]) if "ragged" in config["check"] else None,
+        check_ragged=tuple(Shape(**s) for s in _as_list(config["check"].get("ragged", []))),
         check_kernel_inputs=[k for k in config["check"].get("kernel_inputs", []) if k not in config["check"]["inputs"]],
         check_factor=float(config["check"]["factor"]),
         tolerance=float(config["check"]["tolerance"]),

@@ -13,7 +13,8 @@ A contract with `tensor_map_rank` 4 (V25 on) takes its maps by head ([B][H][S][D
 logical grid is ceil(S / block_rows) row tiles, and it takes the heads per batch H after B*H. One with
 `causal` masks the keys after each query: it runs the causal configuration only. One with `work_list`
 takes, after those, the list of work tiles each of its blocks walks (work_list.py), made here with its
-parameter block."""
+parameter block. One with `ragged_first` has a second entry, launched with the same parameters where S's
+last key tile holds 1 to `keys` keys (takes_ragged_first)."""
 from __future__ import annotations
 
 import math
@@ -44,9 +45,13 @@ class AttentionKernel:
         self.contract = record["launch"]
         self.module = cp.RawModule(path=str(cubin))
         self.function = self.module.get_function(ENTRY)
+        ragged_first = self.contract.get("ragged_first")
+        self.ragged_first_function = self.module.get_function(ragged_first["entry"]) if ragged_first else None
         self.dynamic_smem = self.contract["dynamic_smem_bytes"]
         if record["static_smem_bytes"] + self.dynamic_smem > 48 * 1024:  # beyond the default: the opt-in
-            self.function.max_dynamic_shared_size_bytes = self.dynamic_smem
+            for function in (self.function, self.ragged_first_function):
+                if function is not None:
+                    function.max_dynamic_shared_size_bytes = self.dynamic_smem
         self._params = {}
 
     def activate(self) -> None:
@@ -167,7 +172,8 @@ class AttentionKernel:
             return
         params = self.params(q, k, v, o, seq_len, heads, scale_log2, row_tiles, heads_per_batch)
         grid_x, grid_y = self.grid(row_tiles, heads)
-        self.cp.cuda.driver.launchKernel(self.function.kernel.ptr, grid_x, grid_y, 1, self.contract["threads"], 1, 1,
+        function = self.ragged_first_function if takes_ragged_first(self.contract, seq_len) else self.function
+        self.cp.cuda.driver.launchKernel(function.kernel.ptr, grid_x, grid_y, 1, self.contract["threads"], 1, 1,
                                          self.dynamic_smem, self.cp.cuda.get_current_stream().ptr, params.ptr, 0)
 
     def _scale_log2(self, scale: float | None) -> float:
@@ -210,6 +216,13 @@ def _address(a) -> int:
     """Device address of a CuPy array, or the integer itself (tests pass raw addresses on purpose)."""
     data = getattr(a, "data", None)
     return int(data.ptr) if data is not None and hasattr(data, "ptr") else int(a)
+
+
+def takes_ragged_first(contract: dict, seq_len: int) -> bool:
+    """Whether a launch at S = seq_len goes to the contract's entry for an S ragged in its first keys (V25 on):
+    one whose last key tile holds 1 to `keys` keys."""
+    ragged_first = contract.get("ragged_first")
+    return bool(ragged_first) and 0 < seq_len % contract["block_cols"] <= ragged_first["keys"]
 
 
 def by_head(contract: dict) -> bool:

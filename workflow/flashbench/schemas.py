@@ -54,7 +54,12 @@ def first_error(validator, instance) -> tuple[str, str] | None:
     if not errors:
         return None
     e = errors[0]
-    path, message = list(e.path), e.message
+    while e.validator == "oneOf" and isinstance(e.instance, (list, dict)):  # a shape or a list of them, say:
+        inside = [c for c in e.context if c.path or c.validator != "type"]  # the error inside its own form's
+        if not inside:
+            break
+        e = min(inside, key=lambda c: (len(c.path), list(map(str, c.path))))
+    path, message = list(e.absolute_path), e.message
     if e.validator == "required":  # name the missing key itself
         path.append(next(k for k in e.validator_value if k not in e.instance))
         message = "missing"
