@@ -552,6 +552,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attenti
   attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
 }
 // S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys): the tiles laid out from S's end.
+// At another S it would drop keys or mask whole tiles; the launcher alone holds it to its S (a trap on
+// the S here, in each place tried, had ptxas serialise every wgmma of the entry, C7511).
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 flash_attention_forward_ragged_first(FLASH_V25_PARAMS) {
   attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
