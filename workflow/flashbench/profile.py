@@ -19,9 +19,10 @@ import tempfile
 from pathlib import Path
 
 from . import FlashbenchError
+from .compile import ENTRY
 from .config import Shape
 
-KERNEL_NAME = "flash_attention_forward"
+KERNEL_NAME = f"regex:^{ENTRY}"  # either entry of a kernel that has two (V25's ragged_first), as the shape picks
 SECTIONS = ["WarpStateStats", "SourceCounters", "Occupancy", "LaunchStats"]
 METRICS = {  # report name -> ncu metric
     "duration_us": "gpu__time_duration.sum",
