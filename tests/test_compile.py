@@ -501,8 +501,8 @@ def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records
     for build in (v25, causal):
         assert build["ragged_first"] == {"registers": v25["registers"], "stack_frame_bytes": v25["stack_frame_bytes"],
                                          "spill_store_bytes": 0, "spill_load_bytes": 0, "static_smem_bytes": 0}
-    (v24_turn,) = _turns(_sass(v24, built))
-    v24_loads = _sass(v24, built).count("UTMALDG")
+    v24_sass = _sass(v24, built)
+    (v24_turn,), v24_loads = _turns(v24_sass), v24_sass.count("UTMALDG")
     for build in (v25, causal):
         entries = _functions(_sass(build, built))
         assert set(entries) == {"flash_attention_forward", "flash_attention_forward_ragged_first"}
