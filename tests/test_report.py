@@ -137,13 +137,14 @@ def test_the_check_shapes_say_which_kernels_were_checked_where():
     summary, meta, _ = archive_tables.view(summary, meta, {}, archive_tables.configurations(meta)[0])  # the report's
     shapes = chapter_report.checked_shapes(summary[summary.series == "check"])
     hopper = [k["name"] for k in meta["kernels"] if k.get("line") == "hopper"]  # the archive's own, V14 on
-    by_head = ["v25"]  # any S: the ragged shape, and its smallest S is 1
+    by_head = ["v25"]  # any S: the ragged shapes (V25's two entries), and its smallest S is 1
     peers = [k["name"] for k in meta["kernels"] if k["kind"] == "peer"]
     assert hopper[0] == "v14" and hopper[-1] == "v25"
     assert shapes["shared_shapes"] == ["B=1 H=8 S=8192", "B=2 H=16 S=2048", "B=4 H=3 S=384"]
     assert shapes["own_shapes"] == {"B=3 H=5 S=64": ["v11", "v12", "v13"],
                                     "B=3 H=5 S=128": ["br128", "hybrid_smem", *hopper[:-1]],
-                                    "B=1 H=5 S=1000": [*by_head, *peers], "B=3 H=5 S=1": by_head}
+                                    "B=1 H=5 S=1000": [*by_head, *peers], "B=1 H=5 S=1050": [*by_head, *peers],
+                                    "B=3 H=5 S=1": by_head}
 
 
 def test_the_report_says_what_each_configured_kind_of_input_is(g3_report):
