@@ -83,7 +83,6 @@ constexpr int kConsumerThreads = kConsumerWarpgroups * 128;  // the arrival coun
 constexpr int kConsumerWarps = kConsumerWarpgroups * 4;      // the arrival count of an empty barrier
 constexpr int kTurnBar = 1;                                  // turn[c] is named barrier 1 + c
 constexpr int kOBar = 3;                                     // o_bar[c] is named barrier 3 + c (128 threads)
-constexpr int kHandBar = 5;                                  // a split work tile's hand-over: 5, then 6
 constexpr int kProducerRegs = 24;                            // setmaxnreg.dec of warpgroup 0
 constexpr int kConsumerRegs = 240;                           // setmaxnreg.inc of warpgroups 1, 2
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "the register file");
@@ -96,7 +95,7 @@ constexpr float kRescaleP = 256.f;                           // V23: the same, s
 constexpr int kStages = 2;                                   // K/V ring depth
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
-constexpr int kRaggedFirstKeys = kCausal ? 64 : 32;          // the entry ..._ragged_first takes 0 < S mod 128 <= this
+constexpr int kRaggedFirstKeys = kCausal ? 0 : 32;           // the entry ..._ragged_first takes 0 < S mod 128 <= this
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 
@@ -111,7 +110,6 @@ struct SharedStorage {
   uint64_t v_full[kStages];
   uint64_t k_empty[kStages];
   uint64_t v_empty[kStages];
-  float handed_stats[4][128];             // a split work tile's hand-over: B's m and l, each thread's
 };
 static_assert(offsetof(SharedStorage, q) % kAtomBytes == 0 && offsetof(SharedStorage, k) % kAtomBytes == 0 &&
                   offsetof(SharedStorage, v) % kAtomBytes == 0 && offsetof(SharedStorage, o) % kAtomBytes == 0 &&
@@ -135,13 +133,12 @@ FLASH_LAUNCH_CONTRACT_HEAD_MAPS(kThreads, kBr, kBc, kSmemBytes, kD, kWgRows, kBc
 
 // The kernel, in two entries (below): kRaggedFirst where S ends in the first quarter of a key tile
 // (without the mask only).
-template <bool kRaggedFirst, bool kSplitLast>
+template <bool kRaggedFirst>
 __device__ __forceinline__ void attention(int seq_len, float scale_log2, const CUtensorMap& tmap_q,
                                           const CUtensorMap& tmap_k, const CUtensorMap& tmap_v,
                                           const CUtensorMap& tmap_o, int row_tiles, int batch_heads, int heads,
                                           const int4* __restrict__ work_list) {
   static_assert(!(kRaggedFirst && kCausal), "the ragged-first entry has no mask");
-  static_assert(!kSplitLast || kCausal, "a split work tile is the causal build's");
   const WorkList::Head list_head = WorkList::head_of_this_block(work_list);  // in flight under the set-up
   require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kBr);
 
@@ -248,13 +245,13 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // ---- the pieces of a batch -------------------------------------------------------------------
     // S = Q K^T: 64 rows x `keys` keys per warpgroup (128, or 32 where key tile 0 is ragged, when it
     // writes s_acc[0 .. 16) alone), 8 wgmma k16 steps over the head dim.
-    const auto issue_qk = [&](int stage, auto keys, uint64_t q_rows) {
+    const auto issue_qk = [&](int stage, auto keys) {
       constexpr int kKeys = decltype(keys)::value;
       static_assert(kKeys == 128 || kKeys == 32, "QK of a whole key tile, or of its first quarter");
       const uint64_t k_desc0 = make_desc_sw128(smem_addr(smem.k[stage][0]), 16, kAtomBytes);
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
-        const uint64_t a = desc_advance(q_rows, qk_step(ks, kBr)), b = desc_advance(k_desc0, qk_step(ks, kBc));
+        const uint64_t a = desc_advance(q_desc0, qk_step(ks, kBr)), b = desc_advance(k_desc0, qk_step(ks, kBc));
         if constexpr (kKeys == 128) wgmma_m64n128k16_ss(s_acc, a, b, ks > 0);
         if constexpr (kKeys == 32) wgmma_m64n32k16_ss(*reinterpret_cast<float(*)[16]>(s_acc), a, b, ks > 0);
       }
@@ -285,8 +282,8 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // first (masked in batch 0). Every row keeps at least one key of every tile it reads (its diagonal
     // key, or the tile's first).
     const bool mask_last = kCausal || (!kRaggedFirst && seq_len % kBc != 0);
-    const auto mask_s = [&](int first_row, int tile) {
-      const int row0 = first_row + warp * 16 + g, key0 = tile * kBc + 2 * quad;
+    const auto mask_s = [&](int row_tile, int tile) {
+      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g, key0 = tile * kBc + 2 * quad;
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
         const int row = row0 + 8 * ((i / 2) % 2), key = key0 + 8 * (i / 4) + i % 2;
@@ -417,114 +414,16 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       if (lane == 0) mbar_arrive(&smem.q_empty[cwg]);
     };
 
-    // O / row_sum -> the O tile (fp16, stmatrix) -> global (TMA store of this warpgroup's 64 rows of
-    // work tile t, rows past S clipped); the producer is loading the next tile meanwhile.
-    const auto store_o = [&](const WorkTile& t) {
-      float inv[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) inv[h] = 1.f / quad_sum(row_sum[h]);
-      write_o_rows<kBr>(smem.o[0], cwg * kWgRows, o_acc, inv);
-      fence_proxy_async();  // this thread's writes, visible to the TMA unit's reads
-      named_bar_sync(kOBar + cwg, 128);  // all 128 threads of this warpgroup have written and fenced its rows
-      if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
-        const int o_row = t.row_tile * kBr + cwg * kWgRows;
-        tma_store_4d(&tmap_o, smem.o[0] + cwg * kWgRows * kBoxCols, 0, o_row, t.head, t.batch);
-        tma_store_4d(&tmap_o, smem.o[1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row, t.head, t.batch);
-        bulk_commit_group();
-      }
-    };
-    const auto start_work_tile = [&] {
+    Ring<kStages> ring;  // the next K/V tile to multiply, running over the work tiles
+    uint32_t q_phase = 0;  // parity of the block's current work tile
+    for (int round = 0; round < work.count; ++round) {
+      const WorkTile t = work.tile_by_warp(round);
+      const int tiles = key_tiles(t.row_tile, seq_len);
+      const bool first_work_tile = round == 0, last_work_tile = round + 1 == work.count;
 #pragma unroll
       for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
       row_max[0] = row_max[1] = -INFINITY;
       row_sum[0] = row_sum[1] = 0.f;
-    };
-
-    Ring<kStages> ring;  // the next K/V tile to multiply, running over the work tiles
-    uint32_t q_phase = 0;  // parity of the block's current work tile
-
-    // ---- split work tiles (kSplitLast): the last row tile, where S ends in its first 64 rows ---------
-    // Every row of it before S is A's, so B takes A's rows too, and A multiplies the even key tiles,
-    // B the odd ones, each a whole tile wide: each chain is half as long. Each releases the ring
-    // stages it takes for both (two arrivals a warp). No turns: the two chains interleave on the
-    // tensor pipe by themselves (the list puts a block's split work tiles before its others, so the
-    // turns start after them). Per key tile of its own: wait K | QK | release K | mask (on the last
-    // tile) | softmax (V22's, from S alone) | pack P | wait V | PV | release V. Then B hands its (m, l,
-    // O) over through the O tile, and A merges them into its own and stores its rows.
-    const auto split_work_tile = [&](const WorkTile& t) {
-      const int tiles = key_tiles(t.row_tile, seq_len);
-      const uint64_t q_desc_a = make_desc_sw128(smem_addr(smem.q[0]), 16, kAtomBytes);  // A's rows
-      mbar_wait(&smem.q_full[0], q_phase);
-      mbar_wait(&smem.q_full[cwg], q_phase);
-      q_phase ^= 1;
-      if (cwg == 1) release_q();  // B's own rows are all past S: never read
-      Ring<kStages> mine = ring;  // the stage of this warpgroup's next key tile
-      if (cwg == 1) mine.advance();
-      for (int tile = cwg; tile < tiles; tile += kConsumerWarpgroups) {
-        mbar_wait(&smem.k_full[mine.stage], mine.phase);
-        batch_begin(AllKeys{});
-        issue_qk(mine.stage, AllKeys{}, q_desc_a);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(s_acc);
-        if (lane == 0) mbar_arrive(&smem.k_empty[mine.stage]), mbar_arrive(&smem.k_empty[mine.stage]);
-        if (tile == tiles - 1) mask_s(t.row_tile * kBr, tile);  // the diagonal, and S, cross the last alone
-        softmax(AllKeys{});
-        if (rescale_o_needed) rescale_o();
-        pack_p();
-        mbar_wait(&smem.v_full[mine.stage], mine.phase);
-        batch_begin(AllKeys{});
-        issue_pv(mine.stage);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(o_acc);
-        if (lane == 0) mbar_arrive(&smem.v_empty[mine.stage]), mbar_arrive(&smem.v_empty[mine.stage]);
-        mine.advance(), mine.advance();
-      }
-      for (int tile = 0; tile < tiles; ++tile) ring.advance();
-
-      // The hand-over, through the O tile once both warpgroups' last stores have read it: B's O
-      // (element i of thread x at [i][x]), m and l (its thread's part); A merges them into its own.
-      if (store_thread()) bulk_wait_group_read<0>();
-      float* const handed_o = reinterpret_cast<float*>(smem.o[0]);
-      const int x = threadIdx.x % 128;
-      named_bar_sync(kHandBar, kConsumerThreads);  // both warpgroups' stores have read the O tile
-      if (cwg == 1) {
-#pragma unroll
-        for (int i = 0; i < 64; ++i) handed_o[i * 128 + x] = o_acc[i];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) smem.handed_stats[h][x] = row_max[h], smem.handed_stats[2 + h][x] = row_sum[h];
-      }
-      named_bar_sync(kHandBar + 1, kConsumerThreads);  // B's are written
-      if (cwg == 1) return;
-      float own[2], handed[2];  // the factors of A's and of B's (m, l, O) against the max of both m
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float handed_max = smem.handed_stats[h][x], max = fmaxf(row_max[h], handed_max);
-        own[h] = fast_exp2((row_max[h] - max) * scale_log2);
-        handed[h] = fast_exp2((handed_max - max) * scale_log2);
-        row_sum[h] = row_sum[h] * own[h] + smem.handed_stats[2 + h][x] * handed[h];
-      }
-#pragma unroll
-      for (int i = 0; i < 64; ++i) o_acc[i] = o_acc[i] * own[(i / 2) % 2] + handed_o[i * 128 + x] * handed[(i / 2) % 2];
-      named_bar_sync(kOBar, 128);  // all of A has read B's O before its own goes into the O tile
-      release_q();  // B's last QK, before it handed over, was the last to read A's rows
-      store_o(t);
-    };
-
-    int round = 0;
-    if constexpr (kSplitLast) {
-      for (; round < work.count && row_tiles > 1 && work.tile_by_warp(round).row_tile == row_tiles - 1; ++round) {
-        start_work_tile();
-        split_work_tile(work.tile_by_warp(round));
-      }
-    }
-    const int first_round = round;  // the first work tile that takes turns
-    for (; round < work.count; ++round) {
-      const WorkTile t = work.tile_by_warp(round);
-      const int tiles = key_tiles(t.row_tile, seq_len);
-      const bool first_work_tile = round == first_round, last_work_tile = round + 1 == work.count;
-      start_work_tile();
 
       mbar_wait(&smem.q_full[cwg], q_phase);
       q_phase ^= 1;
@@ -537,7 +436,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       mbar_wait(&smem.k_full[ring.stage], ring.phase);
       if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
       batch_begin(FirstKeys{});
-      issue_qk(ring.stage, FirstKeys{}, q_desc0);
+      issue_qk(ring.stage, FirstKeys{});
       wgmma_commit();
       named_bar_arrive(their_turn, kConsumerThreads);
       wgmma_wait<0>();
@@ -547,7 +446,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         for (int i = 0; i < kFirstLive; ++i)
           if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
       } else if (mask_last && tiles == 1) {  // a diagonal, or S, crosses it
-        mask_s(t.row_tile * kBr + cwg * kWgRows, 0);
+        mask_s(t.row_tile, 0);
       }
       if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
       if (tiles == 1) release_q();
@@ -572,7 +471,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn, if m moved
         named_bar_sync(my_turn, kConsumerThreads);
         batch_begin(AllKeys{});  // one fence for both products: P and O were written by ordinary instructions
-        issue_qk(ring.stage, AllKeys{}, q_desc0);
+        issue_qk(ring.stage, AllKeys{});
         wgmma_commit();
         issue_pv(pv.stage);
         wgmma_commit();
@@ -580,12 +479,12 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
         if constexpr (kMasked) {
-          if (mask_last) mask_s(t.row_tile * kBr + cwg * kWgRows, tile);
+          if (mask_last) mask_s(t.row_tile, tile);
         }
         if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
           recompute_s(ring.stage);
           if constexpr (kMasked) {
-            if (mask_last) mask_s(t.row_tile * kBr + cwg * kWgRows, tile);
+            if (mask_last) mask_s(t.row_tile, tile);
           }
           softmax(AllKeys{});
         }
@@ -618,7 +517,20 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       fence_regs(o_acc);
       if (lane == 0) mbar_arrive(&smem.v_empty[pv.stage]);
 
-      store_o(t);
+      // ---- O / row_sum -> the O tile (fp16, stmatrix) -> global (TMA store, rows past S clipped);
+      //      the producer is loading the next tile meanwhile ---------------------------------------
+      float inv[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) inv[h] = 1.f / quad_sum(row_sum[h]);
+      write_o_rows<kBr>(smem.o[0], cwg * kWgRows, o_acc, inv);
+      fence_proxy_async();  // this thread's writes, visible to the TMA unit's reads
+      named_bar_sync(kOBar + cwg, 128);  // all 128 threads of this warpgroup have written and fenced its rows
+      if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
+        const int o_row = t.row_tile * kBr + cwg * kWgRows;
+        tma_store_4d(&tmap_o, smem.o[0] + cwg * kWgRows * kBoxCols, 0, o_row, t.head, t.batch);
+        tma_store_4d(&tmap_o, smem.o[1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row, t.head, t.batch);
+        bulk_commit_group();
+      }
     }
     // The block's last stores must have read the O tile before the block exits and its shared
     // memory goes to another; waiting for the whole group is as cheap and leaves nothing in flight.
@@ -634,15 +546,16 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       const int4* __restrict__ work_list
 // Every S but those the next entry takes.
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attention_forward(FLASH_V25_PARAMS) {
-  attention<false, false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
+  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
 }
+#if !FLASH_CAUSAL
 // S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys), without the mask: the key
 // tiles laid out from S's end. At another S it would drop keys or mask whole tiles; the launcher alone
 // holds it to its S (a trap on the S here, in each place tried, had ptxas serialise every wgmma of the
-// entry, C7511). Under the mask, S whose last row tile holds 1 to 64 rows: that row tile split.
+// entry, C7511).
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 flash_attention_forward_ragged_first(FLASH_V25_PARAMS) {
-  attention<!kCausal, kCausal>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads,
-                               work_list);
+  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
 }
+#endif
 #undef FLASH_V25_PARAMS

@@ -13,10 +13,6 @@ is made here, where the whole of it can be seen:
               block), by a cost of its key tiles plus one for its Q, epilogue and edges: what a
               dynamic scheduler's shared counter would hand out, without the counter
 
-A kernel that splits the last row tile between its two consumer warpgroups (V25's second entry under
-the mask, `split_last`) takes that tile in half its key tiles' time, and takes it before its other work
-tiles: the split tiles come first in the order, one head after another, then the others as above.
-
 The kernel reads the list as `work_list` lays it out, in records of four int32 (16 bytes, one load):
 
     records 0 .. G-1   block b's first work tile: {row tile, head, batch, begin(b)}
@@ -52,14 +48,12 @@ def section_heads(batch_heads: int, kv_head_bytes: int, l2_section_bytes: int) -
     return int(min(max(fit, 1), batch_heads))
 
 
-def order(row_tiles: int, batch_heads: int, heads_per_section: int, split_last: bool = False) -> np.ndarray:
-    """Every work tile once: sections of heads, in each the row tiles from the last, over its heads;
-    where `split_last`, the last row tile of every head first."""
-    split = split_last and row_tiles > 1
-    tiles = [np.arange(batch_heads) * row_tiles + row_tiles - 1] if split else []
+def order(row_tiles: int, batch_heads: int, heads_per_section: int) -> np.ndarray:
+    """Every work tile once: sections of heads, in each the row tiles from the last, over its heads."""
+    tiles = []
     for first in range(0, batch_heads, heads_per_section):
         section = np.arange(first, min(first + heads_per_section, batch_heads))
-        rows = np.arange(row_tiles - 1 - split, -1, -1)
+        rows = np.arange(row_tiles - 1, -1, -1)
         tiles.append((section[None, :] * row_tiles + rows[:, None]).ravel())  # row by row, over the heads
     return np.concatenate(tiles)
 
@@ -83,10 +77,10 @@ def to_the_block_that_frees_first(tiles: np.ndarray, costs: np.ndarray, blocks: 
 
 
 def work_list(row_tiles: int, batch_heads: int, heads: int, blocks: int, seq_len: int, head_dim: int,
-              block_rows: int, block_cols: int, causal: bool, l2_section_bytes: int, element_bytes: int = 2,
-              split_last: bool = False) -> np.ndarray:
+              block_rows: int, block_cols: int, causal: bool, l2_section_bytes: int, element_bytes: int = 2
+              ) -> np.ndarray:
     """The int32 records the kernel reads (the module says how) for `blocks` blocks, of `batch_heads` heads
-    in batches of `heads`; `split_last`: the kernel splits the last row tile (the module says how)."""
+    in batches of `heads`."""
     if blocks < 1 or row_tiles < 1 or batch_heads < 1 or heads < 1 or batch_heads % heads:
         raise FlashbenchError(f"a work list needs a block, a work tile and batches of whole heads: {blocks} blocks, "
                               f"{row_tiles} row tiles, {batch_heads} heads in batches of {heads}")
@@ -95,10 +89,8 @@ def work_list(row_tiles: int, batch_heads: int, heads: int, blocks: int, seq_len
     if blocks > row_tiles * batch_heads:
         raise FlashbenchError(f"{blocks} blocks for {row_tiles * batch_heads} work tiles: a block would take none")
     kv_head_bytes = 2 * seq_len * head_dim * element_bytes
-    tiles = order(row_tiles, batch_heads, section_heads(batch_heads, kv_head_bytes, l2_section_bytes), split_last)
+    tiles = order(row_tiles, batch_heads, section_heads(batch_heads, kv_head_bytes, l2_section_bytes))
     length = np.array([key_tiles(r, seq_len, block_rows, block_cols, causal) + TILE_OVERHEAD for r in range(row_tiles)])
-    if split_last and row_tiles > 1:
-        length[-1] = -(-(length[-1] - TILE_OVERHEAD) // 2) + TILE_OVERHEAD
     per_block = share_out(tiles, length[tiles % row_tiles], blocks)
     begin = np.concatenate([[0], np.cumsum([len(t) - 1 for t in per_block])])
     firsts = np.array([t[0] for t in per_block])
