@@ -282,12 +282,6 @@ struct Ring {
   __device__ __forceinline__ void advance() {
     if (++stage == kStages) stage = 0, phase ^= 1;
   }
-  // n advances at once (a closed form: a loop of advance() over a count read at run time takes the
-  // stage and phase out of the uniform registers).
-  __device__ __forceinline__ void advance(int n) {
-    const int position = stage + n;
-    stage = position % kStages, phase ^= uint32_t(position / kStages) & 1;
-  }
   __device__ __forceinline__ int previous_stage() const { return stage == 0 ? kStages - 1 : stage - 1; }
 };
 

@@ -83,7 +83,6 @@ constexpr int kConsumerThreads = kConsumerWarpgroups * 128;  // the arrival coun
 constexpr int kConsumerWarps = kConsumerWarpgroups * 4;      // the arrival count of an empty barrier
 constexpr int kTurnBar = 1;                                  // turn[c] is named barrier 1 + c
 constexpr int kOBar = 3;                                     // o_bar[c] is named barrier 3 + c (128 threads)
-constexpr int kHandBar = 5;                                  // a split work tile's hand-over: 5, then 6
 constexpr int kProducerRegs = 24;                            // setmaxnreg.dec of warpgroup 0
 constexpr int kConsumerRegs = 240;                           // setmaxnreg.inc of warpgroups 1, 2
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "the register file");
@@ -96,8 +95,7 @@ constexpr float kRescaleP = 256.f;                           // V23: the same, s
 constexpr int kStages = 2;                                   // K/V ring depth
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
-constexpr int kRaggedFirstKeys = kCausal ? 0 : 32;           // without the mask, the second entry takes 0 < S mod 128 <= this
-constexpr int kSplitLastRows = kCausal ? kBr / 2 : 0;        // under it, the second entry takes 0 < S mod 128 <= this
+constexpr int kRaggedFirstKeys = kCausal ? 0 : 32;           // the entry ..._ragged_first takes 0 < S mod 128 <= this
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 
@@ -112,7 +110,6 @@ struct SharedStorage {
   uint64_t v_full[kStages];
   uint64_t k_empty[kStages];
   uint64_t v_empty[kStages];
-  float handed_stats[kSplitLastRows ? 4 : 1][128];  // a split work tile's hand-over: B's m and l, each thread's
 };
 static_assert(offsetof(SharedStorage, q) % kAtomBytes == 0 && offsetof(SharedStorage, k) % kAtomBytes == 0 &&
                   offsetof(SharedStorage, v) % kAtomBytes == 0 && offsetof(SharedStorage, o) % kAtomBytes == 0 &&
@@ -132,17 +129,16 @@ __device__ __forceinline__ int key_tiles(int row_tile, int seq_len) {
 }  // namespace
 
 FLASH_LAUNCH_CONTRACT_HEAD_MAPS(kThreads, kBr, kBc, kSmemBytes, kD, kWgRows, kBc, kWgRows, kCtasPerSm, kCausal,
-                                kL2SectionBytes, kCausal ? kSplitLastRows : kRaggedFirstKeys)
+                                kL2SectionBytes, kRaggedFirstKeys)
 
 // The kernel, in two entries (below): kRaggedFirst where S ends in the first quarter of a key tile
 // (without the mask only).
-template <bool kRaggedFirst, bool kSplitLast>
+template <bool kRaggedFirst>
 __device__ __forceinline__ void attention(int seq_len, float scale_log2, const CUtensorMap& tmap_q,
                                           const CUtensorMap& tmap_k, const CUtensorMap& tmap_v,
                                           const CUtensorMap& tmap_o, int row_tiles, int batch_heads, int heads,
                                           const int4* __restrict__ work_list) {
   static_assert(!(kRaggedFirst && kCausal), "the ragged-first entry has no mask");
-  static_assert(!kSplitLast || kCausal, "a split work tile is the causal build's");
   const WorkList::Head list_head = WorkList::head_of_this_block(work_list);  // in flight under the set-up
   require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kBr);
 
@@ -214,25 +210,6 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       int previous_tile = -1;  // the key tile whose V is still to load
       for (int round = 0; round < work.count; ++round) {
         const WorkTile t = work.tile(round);
-        if (kSplitLast && seq_len > kBr && t.row_tile * kBr + kWgRows >= seq_len) {  // as the consumers' test
-          // A split work tile (A the even key tiles, B the odd): K(0), the last work tile's last V, K(1),
-          // Q, V(0), V(1), K(2), K(3), then V(j), K(j + 2) for j = 2 ..: the order the chains free the
-          // stages in (a chain's batch for key tile j - 2 frees V(j - 2), then K(j)).
-          const int tiles = key_tiles(t.row_tile, seq_len);
-          load_k(t, 0);
-          if (previous_tile >= 0) load_v(previous, previous_tile);
-          previous_tile = -1;
-          load_k(t, 1);
-          load_q(t);
-          load_v(t, 0), load_v(t, 1);
-          if (tiles > 2) load_k(t, 2);
-          if (tiles > 3) load_k(t, 3);
-          for (int tile = 2; tile < tiles; ++tile) {
-            load_v(t, tile);
-            if (tile + 2 < tiles) load_k(t, tile + 2);
-          }
-          continue;
-        }
         for (int tile = 0; tile < key_tiles(t.row_tile, seq_len); ++tile) {
           load_k(t, tile);
           if (previous_tile >= 0) load_v(previous, previous_tile);
@@ -268,13 +245,13 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // ---- the pieces of a batch -------------------------------------------------------------------
     // S = Q K^T: 64 rows x `keys` keys per warpgroup (128, or 32 where key tile 0 is ragged, when it
     // writes s_acc[0 .. 16) alone), 8 wgmma k16 steps over the head dim.
-    const auto issue_qk = [&](int stage, auto keys, uint64_t q_rows) {
+    const auto issue_qk = [&](int stage, auto keys) {
       constexpr int kKeys = decltype(keys)::value;
       static_assert(kKeys == 128 || kKeys == 32, "QK of a whole key tile, or of its first quarter");
       const uint64_t k_desc0 = make_desc_sw128(smem_addr(smem.k[stage][0]), 16, kAtomBytes);
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
-        const uint64_t a = desc_advance(q_rows, qk_step(ks, kBr)), b = desc_advance(k_desc0, qk_step(ks, kBc));
+        const uint64_t a = desc_advance(q_desc0, qk_step(ks, kBr)), b = desc_advance(k_desc0, qk_step(ks, kBc));
         if constexpr (kKeys == 128) wgmma_m64n128k16_ss(s_acc, a, b, ks > 0);
         if constexpr (kKeys == 32) wgmma_m64n32k16_ss(*reinterpret_cast<float(*)[16]>(s_acc), a, b, ks > 0);
       }
@@ -305,8 +282,8 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // first (masked in batch 0). Every row keeps at least one key of every tile it reads (its diagonal
     // key, or the tile's first).
     const bool mask_last = kCausal || (!kRaggedFirst && seq_len % kBc != 0);
-    const auto mask_s = [&](int first_row, int tile) {  // first_row: of the warpgroup's 64
-      const int row0 = first_row + warp * 16 + g, key0 = tile * kBc + 2 * quad;
+    const auto mask_s = [&](int row_tile, int tile) {
+      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g, key0 = tile * kBc + 2 * quad;
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
         const int row = row0 + 8 * ((i / 2) % 2), key = key0 + 8 * (i / 4) + i % 2;
@@ -439,118 +416,6 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
 
     Ring<kStages> ring;  // the next K/V tile to multiply, running over the work tiles
     uint32_t q_phase = 0;  // parity of the block's current work tile
-
-    // ---- a split work tile (kSplitLast): the last row tile, where S ends in its first 64 rows ------
-    // Every row of it before S is A's, so B takes A's rows too: A multiplies the even key tiles, B the
-    // odd ones, each a whole tile wide, each releasing the stages it takes for both (two arrivals a
-    // warp). Each chain, with one K and one V stage of its own (the ring's, in turn): QK(first) |
-    // softmax, pack P | then per key tile j of its own: wait V(j), K(j + 2) | turn: PV(j), done: release
-    // V(j) | QK(j + 2), done: release K(j + 2) | end of turn | softmax, rescale O, pack P | and at the
-    // end PV(last). PV first, so that V(j)'s stage frees and V(j + 2) loads under QK; inside the chain
-    // nothing overlaps (with PV and QK in flight at once ptxas serialised every wgmma of the entry,
-    // C7512): the turns, one a batch as in a whole work tile (B one more where its chain is the shorter),
-    // put one chain's products under the other's softmax. Then B hands its (m, l, O) over
-    // through the O tile, and A merges them into its own. The epilogue is a whole tile's: B's rows, all
-    // past S, store nothing (the O map clips them); the loop left the same way by both warpgroups keeps
-    // the whole tiles' ring and descriptors in uniform registers (a `continue` for B alone took them
-    // out: 67 more instructions in the whole tiles' loop).
-    const auto split_work_tile = [&](const WorkTile& t, bool first_work_tile, bool last_work_tile) {
-      const int tiles = key_tiles(t.row_tile, seq_len);
-      const uint64_t q_desc_a = q_desc0 - ((cwg * kWgRows * kBoxRowBytes) >> 4);  // A's rows
-      const auto release_twice = [&](uint64_t* bar) {
-        if (lane == 0) mbar_arrive(bar), mbar_arrive(bar);
-      };
-      mbar_wait(&smem.q_full[0], q_phase);
-      if (cwg == 1) {  // B's own rows are all past S: never read
-        mbar_wait(&smem.q_full[1], q_phase);
-        release_q();
-      }
-      q_phase ^= 1;
-      Ring<kStages> mine = ring;  // the stage of this warpgroup's current key tile
-      mine.advance(cwg);
-      int tile = cwg;
-      mbar_wait(&smem.k_full[mine.stage], mine.phase);
-      if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);
-      batch_begin(AllKeys{});
-      issue_qk(mine.stage, AllKeys{}, q_desc_a);
-      wgmma_commit();
-      named_bar_arrive(their_turn, kConsumerThreads);
-      wgmma_wait<0>();
-      fence_regs(s_acc);
-      release_twice(&smem.k_empty[mine.stage]);
-      if (tile == tiles - 1) mask_s(t.row_tile * kBr, tile);  // the diagonal, and S, cross the last alone
-      softmax(AllKeys{});
-      pack_p();
-      for (; tile + kConsumerWarpgroups < tiles; tile += kConsumerWarpgroups) {
-        Ring<kStages> next = mine;
-        next.advance(kConsumerWarpgroups);
-        mbar_wait(&smem.v_full[mine.stage], mine.phase);
-        mbar_wait(&smem.k_full[next.stage], next.phase);
-        named_bar_sync(my_turn, kConsumerThreads);
-        batch_begin(AllKeys{});
-        issue_pv(mine.stage);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(o_acc);
-        release_twice(&smem.v_empty[mine.stage]);
-        batch_begin(AllKeys{});
-        issue_qk(next.stage, AllKeys{}, q_desc_a);
-        wgmma_commit();
-        named_bar_arrive(their_turn, kConsumerThreads);
-        wgmma_wait<0>();
-        fence_regs(s_acc);
-        release_twice(&smem.k_empty[next.stage]);
-        if (tile + kConsumerWarpgroups == tiles - 1) mask_s(t.row_tile * kBr, tile + kConsumerWarpgroups);
-        softmax(AllKeys{});
-        if (rescale_o_needed) rescale_o();
-        pack_p();
-        mine = next;
-      }
-      mbar_wait(&smem.v_full[mine.stage], mine.phase);
-      named_bar_sync(my_turn, kConsumerThreads);
-      batch_begin(AllKeys{});
-      issue_pv(mine.stage);
-      wgmma_commit();
-      const bool b_turn_more = cwg == 1 && tiles % 2 == 1;  // B's chain one key tile shorter: one turn more
-      if (cwg != 1 || !last_work_tile || b_turn_more) named_bar_arrive(their_turn, kConsumerThreads);
-      if (b_turn_more) {
-        named_bar_sync(my_turn, kConsumerThreads);
-        if (!last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);
-      }
-      wgmma_wait<0>();
-      fence_regs(o_acc);
-      release_twice(&smem.v_empty[mine.stage]);
-      ring.advance(tiles);
-
-      // The hand-over, through the O tile once both warpgroups' last stores have read it: B's O
-      // (element i of thread x at [i][x]), m and l (its thread's part); A merges them into its own.
-      if (store_thread()) bulk_wait_group_read<0>();
-      float* const handed_o = reinterpret_cast<float*>(smem.o[0]);
-      const int x = threadIdx.x % 128;
-      named_bar_sync(kHandBar, kConsumerThreads);  // both warpgroups' stores have read the O tile
-      if (cwg == 1) {
-#pragma unroll
-        for (int i = 0; i < 64; ++i) handed_o[i * 128 + x] = o_acc[i];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) smem.handed_stats[h][x] = row_max[h], smem.handed_stats[2 + h][x] = row_sum[h];
-      }
-      named_bar_sync(kHandBar + 1, kConsumerThreads);  // B's are written
-      if (cwg == 0) {
-        float own[2], handed[2];  // the factors of A's and of B's (m, l, O) against the max of both m
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float handed_max = smem.handed_stats[h][x], max = fmaxf(row_max[h], handed_max);
-          own[h] = fast_exp2((row_max[h] - max) * scale_log2);
-          handed[h] = fast_exp2((handed_max - max) * scale_log2);
-          row_sum[h] = row_sum[h] * own[h] + smem.handed_stats[2 + h][x] * handed[h];
-        }
-#pragma unroll
-        for (int i = 0; i < 64; ++i) o_acc[i] = o_acc[i] * own[(i / 2) % 2] + handed_o[i * 128 + x] * handed[(i / 2) % 2];
-        release_q();  // B's last QK, before it handed over, was the last to read A's rows
-      }
-      named_bar_sync(kHandBar, kConsumerThreads);  // A has read B's: the O tile is free for the epilogue
-    };
-
     for (int round = 0; round < work.count; ++round) {
       const WorkTile t = work.tile_by_warp(round);
       const int tiles = key_tiles(t.row_tile, seq_len);
@@ -559,104 +424,98 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
       row_max[0] = row_max[1] = -INFINITY;
       row_sum[0] = row_sum[1] = 0.f;
-      // (the entry's S ends in the first half of its last row tile: that row tile, if it is not the first)
-      const bool split = kSplitLast && seq_len > kBr && t.row_tile * kBr + kWgRows >= seq_len;
-      if (split) split_work_tile(t, first_work_tile, last_work_tile);
-      if (!split) {
 
-        mbar_wait(&smem.q_full[cwg], q_phase);
-        q_phase ^= 1;
+      mbar_wait(&smem.q_full[cwg], q_phase);
+      q_phase ^= 1;
 
-        // ---- batch 0: QK(0), of 32 keys with kRaggedFirst --------------------------------------------
-        using FirstKeys = std::conditional_t<kRaggedFirst, RaggedKeys, AllKeys>;
-        constexpr int kFirstLive = FirstKeys::value / 2;  // the accumulators QK(0) writes
+      // ---- batch 0: QK(0), of 32 keys with kRaggedFirst --------------------------------------------
+      using FirstKeys = std::conditional_t<kRaggedFirst, RaggedKeys, AllKeys>;
+      constexpr int kFirstLive = FirstKeys::value / 2;  // the accumulators QK(0) writes
 #pragma unroll
-        for (int i = kFirstLive; i < 64; ++i) s_acc[i] = 0.f;  // P of the keys QK(0) leaves out
+      for (int i = kFirstLive; i < 64; ++i) s_acc[i] = 0.f;  // P of the keys QK(0) leaves out
+      mbar_wait(&smem.k_full[ring.stage], ring.phase);
+      if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
+      batch_begin(FirstKeys{});
+      issue_qk(ring.stage, FirstKeys{});
+      wgmma_commit();
+      named_bar_arrive(their_turn, kConsumerThreads);
+      wgmma_wait<0>();
+      fence_regs(*reinterpret_cast<float(*)[kFirstLive]>(s_acc));
+      if (kRaggedFirst) {  // key tile 0's keys r .. 31 are key tile 1's
+#pragma unroll
+        for (int i = 0; i < kFirstLive; ++i)
+          if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
+      } else if (mask_last && tiles == 1) {  // a diagonal, or S, crosses it
+        mask_s(t.row_tile, 0);
+      }
+      if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
+      if (tiles == 1) release_q();
+      softmax(FirstKeys{});
+
+      // ---- batches 1 .. n - 1: QK(j), then PV(j - 1), two commit groups (V17's rotated loop) ------
+      Ring<kStages> pv = ring;  // the stage of tile j - 1
+      ring.advance();
+      // One batch j of key tile `tile`; `masked` (std::integral_constant): whether the mask may apply, true
+      // for the last key tile only, where it applies if mask_last. The loop runs tiles 1 .. n - 2 with
+      // the mask compiled out, the last tile (n - 1, where n > 1) runs after it.
+      const auto batch = [&](int tile, auto masked) {
+        constexpr bool kMasked = decltype(masked)::value;
         mbar_wait(&smem.k_full[ring.stage], ring.phase);
-        if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
-        batch_begin(FirstKeys{});
-        issue_qk(ring.stage, FirstKeys{}, q_desc0);
-        wgmma_commit();
-        named_bar_arrive(their_turn, kConsumerThreads);
-        wgmma_wait<0>();
-        fence_regs(*reinterpret_cast<float(*)[kFirstLive]>(s_acc));
-        if (kRaggedFirst) {  // key tile 0's keys r .. 31 are key tile 1's
-#pragma unroll
-          for (int i = 0; i < kFirstLive; ++i)
-            if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
-        } else if (mask_last && tiles == 1) {  // a diagonal, or S, crosses it
-          mask_s(t.row_tile * kBr + cwg * kWgRows, 0);
-        }
-        if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
-        if (tiles == 1) release_q();
-        softmax(FirstKeys{});
-
-        // ---- batches 1 .. n - 1: QK(j), then PV(j - 1), two commit groups (V17's rotated loop) ------
-        Ring<kStages> pv = ring;  // the stage of tile j - 1
-        ring.advance();
-        // One batch j of key tile `tile`; `masked` (std::integral_constant): whether the mask may apply, true
-        // for the last key tile only, where it applies if mask_last. The loop runs tiles 1 .. n - 2 with
-        // the mask compiled out, the last tile (n - 1, where n > 1) runs after it.
-        const auto batch = [&](int tile, auto masked) {
-          constexpr bool kMasked = decltype(masked)::value;
-          mbar_wait(&smem.k_full[ring.stage], ring.phase);
-          mbar_wait(&smem.v_full[pv.stage], pv.phase);
-          wgmma_wait<0>();  // PV(j - 2) complete (nothing pending at j = 1)
-          fence_regs(o_acc);
-#pragma unroll
-          for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
-          if (tile > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
-          pack_p();     // P(j - 1)
-          if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn, if m moved
-          named_bar_sync(my_turn, kConsumerThreads);
-          batch_begin(AllKeys{});  // one fence for both products: P and O were written by ordinary instructions
-          issue_qk(ring.stage, AllKeys{}, q_desc0);
-          wgmma_commit();
-          issue_pv(pv.stage);
-          wgmma_commit();
-          named_bar_arrive(their_turn, kConsumerThreads);
-          wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
-          fence_regs(s_acc);
-          if constexpr (kMasked) {
-            if (mask_last) mask_s(t.row_tile * kBr + cwg * kWgRows, tile);
-          }
-          if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
-            recompute_s(ring.stage);
-            if constexpr (kMasked) {
-              if (mask_last) mask_s(t.row_tile * kBr + cwg * kWgRows, tile);
-            }
-            softmax(AllKeys{});
-          }
-          if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);  // K (and Q) read again at most above
-          if (tile == tiles - 1) release_q();  // the last QK of this work tile has read Q
-          pv = ring;
-          ring.advance();
-        };
-        for (int tile = 1; tile < tiles - 1; ++tile) batch(tile, std::false_type{});
-        if (tiles > 1) batch(tiles - 1, std::true_type{});
-
-        // ---- batch n: PV(n - 1) ---------------------------------------------------------------------
         mbar_wait(&smem.v_full[pv.stage], pv.phase);
-        wgmma_wait<0>();  // PV(n - 2) complete (nothing pending if n = 1)
+        wgmma_wait<0>();  // PV(j - 2) complete (nothing pending at j = 1)
         fence_regs(o_acc);
 #pragma unroll
         for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
-        if (tiles > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
-        pack_p();  // P(n - 1)
-        // Epilogue step 1: the previous work tile's store has read the O tile (nothing to wait for at
-        // the block's first); the turn sync below carries that to the warpgroup's 128 threads.
-        if (store_thread()) bulk_wait_group_read<0>();
-        if (rescale_o_needed) rescale_o();
+        if (tile > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
+        pack_p();     // P(j - 1)
+        if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn, if m moved
         named_bar_sync(my_turn, kConsumerThreads);
-        batch_begin(AllKeys{});
+        batch_begin(AllKeys{});  // one fence for both products: P and O were written by ordinary instructions
+        issue_qk(ring.stage, AllKeys{});
+        wgmma_commit();
         issue_pv(pv.stage);
         wgmma_commit();
-        if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
-        wgmma_wait<0>();
-        fence_regs(o_acc);
-        if (lane == 0) mbar_arrive(&smem.v_empty[pv.stage]);
+        named_bar_arrive(their_turn, kConsumerThreads);
+        wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
+        fence_regs(s_acc);
+        if constexpr (kMasked) {
+          if (mask_last) mask_s(t.row_tile, tile);
+        }
+        if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
+          recompute_s(ring.stage);
+          if constexpr (kMasked) {
+            if (mask_last) mask_s(t.row_tile, tile);
+          }
+          softmax(AllKeys{});
+        }
+        if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);  // K (and Q) read again at most above
+        if (tile == tiles - 1) release_q();  // the last QK of this work tile has read Q
+        pv = ring;
+        ring.advance();
+      };
+      for (int tile = 1; tile < tiles - 1; ++tile) batch(tile, std::false_type{});
+      if (tiles > 1) batch(tiles - 1, std::true_type{});
 
-      }
+      // ---- batch n: PV(n - 1) ---------------------------------------------------------------------
+      mbar_wait(&smem.v_full[pv.stage], pv.phase);
+      wgmma_wait<0>();  // PV(n - 2) complete (nothing pending if n = 1)
+      fence_regs(o_acc);
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
+      if (tiles > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
+      pack_p();  // P(n - 1)
+      // Epilogue step 1: the previous work tile's store has read the O tile (nothing to wait for at
+      // the block's first); the turn sync below carries that to the warpgroup's 128 threads.
+      if (store_thread()) bulk_wait_group_read<0>();
+      if (rescale_o_needed) rescale_o();
+      named_bar_sync(my_turn, kConsumerThreads);
+      batch_begin(AllKeys{});
+      issue_pv(pv.stage);
+      wgmma_commit();
+      if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
+      wgmma_wait<0>();
+      fence_regs(o_acc);
+      if (lane == 0) mbar_arrive(&smem.v_empty[pv.stage]);
 
       // ---- O / row_sum -> the O tile (fp16, stmatrix) -> global (TMA store, rows past S clipped);
       //      the producer is loading the next tile meanwhile ---------------------------------------
@@ -687,16 +546,16 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       const int4* __restrict__ work_list
 // Every S but those the next entry takes.
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attention_forward(FLASH_V25_PARAMS) {
-  attention<false, false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads,
-                          work_list);
+  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
 }
+#if !FLASH_CAUSAL
 // S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys), without the mask: the key
 // tiles laid out from S's end. At another S it would drop keys or mask whole tiles; the launcher alone
 // holds it to its S (a trap on the S here, in each place tried, had ptxas serialise every wgmma of the
 // entry, C7511).
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 flash_attention_forward_ragged_first(FLASH_V25_PARAMS) {
-  attention<!kCausal, kCausal>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads,
-                               work_list);
+  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
 }
+#endif
 #undef FLASH_V25_PARAMS

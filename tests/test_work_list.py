@@ -88,23 +88,3 @@ def test_a_list_refuses_what_the_kernel_cannot_name():
         work_list(2**24, 2**7, 2**7, BLOCKS, 2**31, 128, 128, 128, False, 0)
     with pytest.raises(FlashbenchError, match="would take none"):
         work_list(1, 5, 5, BLOCKS, 100, 128, 128, 128, False, 0)
-
-
-def test_a_split_last_row_tile_costs_half_its_key_tiles_and_keeps_its_place_in_the_order():
-    """Under the mask at S = 4000 the last row tile (32 key tiles, 32 rows before S) is split between the
-    warpgroups: the list costs it at 16 key tiles plus the overhead, and each block still takes its work
-    tiles in the order of the sections (all heads' split tiles at once would read every head's K and V
-    together, past L2)."""
-    S, rows = 4000, 32
-    plain = work_list(rows, 64, 64, BLOCKS, S, 128, 128, 128, True, 16 << 20)
-    split = work_list(rows, 64, 64, BLOCKS, S, 128, 128, 128, True, 16 << 20, split_last=True)
-    plain_tiles, split_tiles = block_tiles(plain, BLOCKS, rows, 64), block_tiles(split, BLOCKS, rows, 64)
-    sequence = order(rows, 64, section_heads(64, 2 * S * 128 * 2, 16 << 20))
-    position = {int(w): i for i, w in enumerate(sequence)}
-    for tiles in split_tiles:  # each block's tiles in the order's sequence
-        assert [position[int(w)] for w in tiles] == sorted(position[int(w)] for w in tiles)
-    costs = lambda tiles: sum(16 + 1 if int(w) % rows == rows - 1 else key_tiles(int(w) % rows, S, 128, 128, True) + 1
-                              for w in tiles)
-    loads = np.array([costs(t) for t in split_tiles])
-    assert loads.max() <= 1.01 * loads.mean()
-    assert loads.sum() == _loads(rows, plain_tiles, S).sum() - 64 * 16  # 16 key tiles fewer in each of 64 heads

@@ -209,8 +209,7 @@ class AttentionKernel:
         blocks = self.grid(row_tiles, heads)[0]
         return self.cp.asarray(work_list(row_tiles, heads, heads_per_batch, blocks, seq_len, c["head_dim"],
                                          c["block_rows"], c["block_cols"], self.causal,
-                                         c["work_list"]["l2_section_bytes"],
-                                         split_last=self.causal and takes_ragged_first(c, seq_len)))
+                                         c["work_list"]["l2_section_bytes"]))
 
 
 def _address(a) -> int:

@@ -13,10 +13,6 @@ is made here, where the whole of it can be seen:
               block), by a cost of its key tiles plus one for its Q, epilogue and edges: what a
               dynamic scheduler's shared counter would hand out, without the counter
 
-A kernel that splits the last row tile between its two consumer warpgroups (V25's second entry under
-the mask, `split_last`: its S ends in the first half of that row tile, whose rows before S are all the
-first warpgroup's) takes that tile in about half its key tiles' time; its place in the order stays.
-
 The kernel reads the list as `work_list` lays it out, in records of four int32 (16 bytes, one load):
 
     records 0 .. G-1   block b's first work tile: {row tile, head, batch, begin(b)}
@@ -81,10 +77,10 @@ def to_the_block_that_frees_first(tiles: np.ndarray, costs: np.ndarray, blocks: 
 
 
 def work_list(row_tiles: int, batch_heads: int, heads: int, blocks: int, seq_len: int, head_dim: int,
-              block_rows: int, block_cols: int, causal: bool, l2_section_bytes: int, element_bytes: int = 2,
-              split_last: bool = False) -> np.ndarray:
+              block_rows: int, block_cols: int, causal: bool, l2_section_bytes: int, element_bytes: int = 2
+              ) -> np.ndarray:
     """The int32 records the kernel reads (the module says how) for `blocks` blocks, of `batch_heads` heads
-    in batches of `heads`; `split_last`: the kernel splits the last row tile (the module says how)."""
+    in batches of `heads`."""
     if blocks < 1 or row_tiles < 1 or batch_heads < 1 or heads < 1 or batch_heads % heads:
         raise FlashbenchError(f"a work list needs a block, a work tile and batches of whole heads: {blocks} blocks, "
                               f"{row_tiles} row tiles, {batch_heads} heads in batches of {heads}")
@@ -95,8 +91,6 @@ def work_list(row_tiles: int, batch_heads: int, heads: int, blocks: int, seq_len
     kv_head_bytes = 2 * seq_len * head_dim * element_bytes
     tiles = order(row_tiles, batch_heads, section_heads(batch_heads, kv_head_bytes, l2_section_bytes))
     length = np.array([key_tiles(r, seq_len, block_rows, block_cols, causal) + TILE_OVERHEAD for r in range(row_tiles)])
-    if split_last and row_tiles > 1:
-        length[-1] = -(-(length[-1] - TILE_OVERHEAD) // 2) + TILE_OVERHEAD
     per_block = share_out(tiles, length[tiles % row_tiles], blocks)
     begin = np.concatenate([[0], np.cumsum([len(t) - 1 for t in per_block])])
     firsts = np.array([t[0] for t in per_block])
