@@ -95,7 +95,7 @@ constexpr float kRescaleP = 256.f;                           // V23: the same, s
 constexpr int kStages = 2;                                   // K/V ring depth
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
-constexpr int kRaggedFirstKeys = kCausal ? 0 : 32;           // the entry ..._ragged_first takes 0 < S mod 128 <= this
+constexpr int kRaggedFirstKeys = 32;           // the entry ..._ragged_first takes 0 < S mod 128 <= this
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 
@@ -137,8 +137,7 @@ template <bool kRaggedFirst>
 __device__ __forceinline__ void attention(int seq_len, float scale_log2, const CUtensorMap& tmap_q,
                                           const CUtensorMap& tmap_k, const CUtensorMap& tmap_v,
                                           const CUtensorMap& tmap_o, int row_tiles, int batch_heads, int heads,
-                                          const int4* __restrict__ work_list) {
-  static_assert(!(kRaggedFirst && kCausal), "the ragged-first entry has no mask");
+                                          const int4* __restrict__ work_list, half* __restrict__ o) {
   const WorkList::Head list_head = WorkList::head_of_this_block(work_list);  // in flight under the set-up
   require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kBr);
 
@@ -148,6 +147,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
   // narrow QK are masked: key tile 1's), and key tile c >= 1 keys 128c - (128 - r) ..: the ragged part
   // is every work tile's batch 0, whose QK is 32 keys wide.
   const int key_shift = kRaggedFirst ? kBc - seq_len % kBc : 0;
+  const int row_shift = kCausal ? key_shift : 0;
   const auto key_start = [&](int tile) { return kRaggedFirst && tile > 0 ? tile * kBc - key_shift : tile * kBc; };
 
   extern __shared__ unsigned char smem_raw[];
@@ -197,7 +197,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       // warpgroup c's rows (both 64-column boxes of them) once c is done with its rows of the last Q
       const auto load_q = [&](const WorkTile& t) {
         for (int c = 0; c < kConsumerWarpgroups; ++c) {
-          const int row = t.row_tile * kBr + c * kWgRows;
+          const int row = t.row_tile * kBr + c * kWgRows - row_shift;
           mbar_wait(&smem.q_empty[c], q_phase ^ 1);
           mbar_arrive_expect_tx(&smem.q_full[c], kQRowsBytes);
           tma_load_4d(smem.q[0] + c * kWgRows * kBoxCols, &tmap_q, &smem.q_full[c], 0, row, t.head, t.batch);
@@ -282,12 +282,15 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // first (masked in batch 0). Every row keeps at least one key of every tile it reads (its diagonal
     // key, or the tile's first).
     const bool mask_last = kCausal || (!kRaggedFirst && seq_len % kBc != 0);
-    const auto mask_s = [&](int row_tile, int tile) {
-      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g, key0 = tile * kBc + 2 * quad;
+    const auto mask_s = [&](int row_tile, int tile, auto keys, auto first) {
+      constexpr bool kRaggedTile = kRaggedFirst && decltype(first)::value;
+      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g;
+      const int key0 = tile * kBc + 2 * quad + (kRaggedTile ? kBc - seq_len % kBc : 0);
+      const int end = kRaggedFirst ? (kRaggedTile ? kBc : 0x7fffffff) : seq_len;
 #pragma unroll
-      for (int i = 0; i < 64; ++i) {
+      for (int i = 0; i < decltype(keys)::value / 2; ++i) {
         const int row = row0 + 8 * ((i / 2) % 2), key = key0 + 8 * (i / 4) + i % 2;
-        if (key >= seq_len || (kCausal && key > row)) s_acc[i] = -INFINITY;
+        if (key >= end || (kCausal && key > row)) s_acc[i] = -INFINITY;
       }
     };
     // Online softmax of S in registers (a thread holds 32 of the 128 columns of rows g, g + 8). It
@@ -441,12 +444,12 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       named_bar_arrive(their_turn, kConsumerThreads);
       wgmma_wait<0>();
       fence_regs(*reinterpret_cast<float(*)[kFirstLive]>(s_acc));
-      if (kRaggedFirst) {  // key tile 0's keys r .. 31 are key tile 1's
+      if (kRaggedFirst && !(kCausal && tiles == 1)) {  // key tile 0's keys r .. 31 are key tile 1's
 #pragma unroll
         for (int i = 0; i < kFirstLive; ++i)
           if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
-      } else if (mask_last && tiles == 1) {  // a diagonal, or S, crosses it
-        mask_s(t.row_tile, 0);
+      } else if (kRaggedFirst || (mask_last && tiles == 1)) {  // a diagonal, or S, crosses it
+        mask_s(t.row_tile, 0, FirstKeys{}, std::true_type{});
       }
       if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
       if (tiles == 1) release_q();
@@ -479,12 +482,12 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
         if constexpr (kMasked) {
-          if (mask_last) mask_s(t.row_tile, tile);
+          if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{});
         }
         if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
           recompute_s(ring.stage);
           if constexpr (kMasked) {
-            if (mask_last) mask_s(t.row_tile, tile);
+            if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{});
           }
           softmax(AllKeys{});
         }
@@ -522,11 +525,25 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       float inv[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) inv[h] = 1.f / quad_sum(row_sum[h]);
+      if (kCausal && kRaggedFirst && t.row_tile == 0) {  // rows before 0: ordinary stores of rows >= 0
+        half* o_head = o + (size_t(t.batch) * heads + t.head) * size_t(seq_len) * kD;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = cwg * kWgRows + warp * 16 + g + 8 * h - row_shift;
+          if (row >= 0) {
+#pragma unroll
+            for (int n8 = 0; n8 < kD / 8; ++n8)
+              *reinterpret_cast<uint32_t*>(o_head + size_t(row) * kD + 8 * n8 + 2 * quad) =
+                  pack_half2(o_acc[4 * n8 + 2 * h] * inv[h], o_acc[4 * n8 + 2 * h + 1] * inv[h]);
+          }
+        }
+        continue;
+      }
       write_o_rows<kBr>(smem.o[0], cwg * kWgRows, o_acc, inv);
       fence_proxy_async();  // this thread's writes, visible to the TMA unit's reads
       named_bar_sync(kOBar + cwg, 128);  // all 128 threads of this warpgroup have written and fenced its rows
       if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
-        const int o_row = t.row_tile * kBr + cwg * kWgRows;
+        const int o_row = t.row_tile * kBr + cwg * kWgRows - row_shift;
         tma_store_4d(&tmap_o, smem.o[0] + cwg * kWgRows * kBoxCols, 0, o_row, t.head, t.batch);
         tma_store_4d(&tmap_o, smem.o[1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row, t.head, t.batch);
         bulk_commit_group();
@@ -546,16 +563,14 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       const int4* __restrict__ work_list
 // Every S but those the next entry takes.
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attention_forward(FLASH_V25_PARAMS) {
-  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
+  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list, o);
 }
-#if !FLASH_CAUSAL
 // S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys), without the mask: the key
 // tiles laid out from S's end. At another S it would drop keys or mask whole tiles; the launcher alone
 // holds it to its S (a trap on the S here, in each place tried, had ptxas serialise every wgmma of the
 // entry, C7511).
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 flash_attention_forward_ragged_first(FLASH_V25_PARAMS) {
-  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
+  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list, o);
 }
-#endif
 #undef FLASH_V25_PARAMS
