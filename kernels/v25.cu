@@ -210,10 +210,12 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       int previous_tile = -1;  // the key tile whose V is still to load
       for (int round = 0; round < work.count; ++round) {
         const WorkTile t = work.tile(round);
-        for (int tile = 0; tile < key_tiles(t.row_tile, seq_len); ++tile) {
+        const int tiles = key_tiles(t.row_tile, seq_len);
+        for (int j = 0; j < tiles; ++j) {
+          const int tile = kRaggedFirst ? tiles - 1 - j : j;  // the ragged entry: from the diagonal down
           load_k(t, tile);
           if (previous_tile >= 0) load_v(previous, previous_tile);
-          if (tile == 0) load_q(t);
+          if (j == 0) load_q(t);
           previous = t, previous_tile = tile;
         }
       }
@@ -259,20 +261,21 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
     // B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
     // 128 B apart, 8-key groups SBO = 1024 B apart.
-    const auto issue_pv = [&](int stage) {
+    const auto issue_pv = [&](int stage, auto keys) {
       const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
 #pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk)
+      for (int kk = 0; kk < decltype(keys)::value / 16; ++kk)
         wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
     };
     using AllKeys = std::integral_constant<int, kBc>;  // QK's width (wgmma N) on a whole key tile
     using RaggedKeys = std::integral_constant<int, kRaggedFirstKeys>;  // on a ragged key tile 0
     // Before a batch: the registers its wgmma write or read were last touched by ordinary code (of S,
     // those a QK of `keys` keys writes).
-    const auto batch_begin = [&](auto keys) {
-      fence_regs(o_acc), fence_regs(*reinterpret_cast<float(*)[decltype(keys)::value / 2]>(s_acc));
+    const auto batch_begin = [&](auto qk_keys, auto pv_keys) {
+      fence_regs(o_acc);
+      if constexpr (decltype(qk_keys)::value > 0) fence_regs(*reinterpret_cast<float(*)[decltype(qk_keys)::value / 2]>(s_acc));
 #pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
+      for (int kk = 0; kk < decltype(pv_keys)::value / 16; ++kk) fence_regs(p_frag[kk]);
       wgmma_fence();
     };
     // The mask on S (s_acc[4i + 2h + e]: row g + 8h of the warp's 16, key 8i + 2 quad + e): -inf on keys
@@ -282,11 +285,11 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // first (masked in batch 0). Every row keeps at least one key of every tile it reads (its diagonal
     // key, or the tile's first).
     const bool mask_last = kCausal || (!kRaggedFirst && seq_len % kBc != 0);
-    const auto mask_s = [&](int row_tile, int tile, auto keys, auto first) {
-      constexpr bool kRaggedTile = kRaggedFirst && decltype(first)::value;
+    const auto mask_s = [&](int row_tile, int tile, auto keys) {
+      const bool ragged_tile = kRaggedFirst && tile == 0;
       const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g;
-      const int key0 = tile * kBc + 2 * quad + (kRaggedTile ? kBc - seq_len % kBc : 0);
-      const int end = kRaggedFirst ? (kRaggedTile ? kBc : 0x7fffffff) : seq_len;
+      const int key0 = tile * kBc + 2 * quad + (ragged_tile ? key_shift : 0);
+      const int end = kRaggedFirst ? (ragged_tile ? kBc : 0x7fffffff) : seq_len;
 #pragma unroll
       for (int i = 0; i < decltype(keys)::value / 2; ++i) {
         const int row = row0 + 8 * ((i / 2) % 2), key = key0 + 8 * (i / 4) + i % 2;
@@ -331,12 +334,13 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // V23: P against the current m first; the max only where a thread's part of a row sums above
     // 2^8 (true whenever one of its P is). Leaves what softmax leaves, or returns false with m and the
     // sums untouched: a P or a sum of the warp overflowed, and S must be multiplied again (recompute_s).
-    const auto softmax_against_m = [&] {
+    const auto softmax_against_m = [&](auto keys) {
+      constexpr int kLive = decltype(keys)::value / 2;
       float neg_max_scaled[2], tile_sum[2] = {0.f, 0.f};
 #pragma unroll
       for (int h = 0; h < 2; ++h) neg_max_scaled[h] = -row_max[h] * scale_log2;
 #pragma unroll
-      for (int i = 0; i < 64; ++i) {
+      for (int i = 0; i < kLive; ++i) {
         const int h = (i / 2) % 2;
         s_acc[i] = fast_exp2(fmaf(s_acc[i], scale_log2, neg_max_scaled[h]));
         tile_sum[h] += s_acc[i];
@@ -349,7 +353,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         for (int h = 0; h < 2; ++h) {
           float m = 0.f;
 #pragma unroll
-          for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
+          for (int i = 0; i < kLive / 4; ++i) m = fmaxf(m, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
           p_max[h] = quad_max(m);
         }
         // An overflowed P, or a sum of finite ones: S is needed again. (Below, 1 / p_max is subnormal
@@ -369,7 +373,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         rescale_o_needed = __any_sync(0xffffffff, moved);
         if (rescale_o_needed) {
 #pragma unroll
-          for (int i = 0; i < 64; ++i) s_acc[i] *= rescale[(i / 2) % 2];
+          for (int i = 0; i < kLive; ++i) s_acc[i] *= rescale[(i / 2) % 2];
         }
       }
 #pragma unroll
@@ -405,9 +409,9 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     };
     // Once PV(j - 1) is done with P(j - 1): P(j) packed as wgmma A fragments, k16 slice kk (keys
     // 16kk..) from accumulator blocks 2kk, 2kk + 1.
-    const auto pack_p = [&] {
+    const auto pack_p = [&](auto keys) {
 #pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk)
+      for (int kk = 0; kk < decltype(keys)::value / 16; ++kk)
 #pragma unroll
         for (int r = 0; r < 4; ++r) p_frag[kk][r] = pack_half2(s_acc[8 * kk + 2 * r], s_acc[8 * kk + 2 * r + 1]);
     };
@@ -432,25 +436,18 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       q_phase ^= 1;
 
       // ---- batch 0: QK(0), of 32 keys with kRaggedFirst --------------------------------------------
-      using FirstKeys = std::conditional_t<kRaggedFirst, RaggedKeys, AllKeys>;
+      using FirstKeys = AllKeys;
       constexpr int kFirstLive = FirstKeys::value / 2;  // the accumulators QK(0) writes
-#pragma unroll
-      for (int i = kFirstLive; i < 64; ++i) s_acc[i] = 0.f;  // P of the keys QK(0) leaves out
       mbar_wait(&smem.k_full[ring.stage], ring.phase);
       if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
-      batch_begin(FirstKeys{});
+      batch_begin(FirstKeys{}, AllKeys{});
       issue_qk(ring.stage, FirstKeys{});
       wgmma_commit();
       named_bar_arrive(their_turn, kConsumerThreads);
       wgmma_wait<0>();
       fence_regs(*reinterpret_cast<float(*)[kFirstLive]>(s_acc));
-      if (kRaggedFirst && !(kCausal && tiles == 1)) {  // key tile 0's keys r .. 31 are key tile 1's
-#pragma unroll
-        for (int i = 0; i < kFirstLive; ++i)
-          if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
-      } else if (kRaggedFirst || (mask_last && tiles == 1)) {  // a diagonal, or S, crosses it
-        mask_s(t.row_tile, 0, FirstKeys{}, std::true_type{});
-      }
+      if (kRaggedFirst ? kCausal || tiles == 1 : mask_last && tiles == 1)  // a diagonal, or S, crosses it
+        mask_s(t.row_tile, kRaggedFirst ? tiles - 1 : 0, AllKeys{});
       if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
       if (tiles == 1) release_q();
       softmax(FirstKeys{});
@@ -461,8 +458,9 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       // One batch j of key tile `tile`; `masked` (std::integral_constant): whether the mask may apply, true
       // for the last key tile only, where it applies if mask_last. The loop runs tiles 1 .. n - 2 with
       // the mask compiled out, the last tile (n - 1, where n > 1) runs after it.
-      const auto batch = [&](int tile, auto masked) {
+      const auto batch = [&](int tile, auto masked, auto keys) {
         constexpr bool kMasked = decltype(masked)::value;
+        constexpr bool kNarrow = decltype(keys)::value != kBc;  // the ragged entry's last: key tile 0
         mbar_wait(&smem.k_full[ring.stage], ring.phase);
         mbar_wait(&smem.v_full[pv.stage], pv.phase);
         wgmma_wait<0>();  // PV(j - 2) complete (nothing pending at j = 1)
@@ -470,34 +468,44 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
 #pragma unroll
         for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
         if (tile > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
-        pack_p();     // P(j - 1)
+        pack_p(AllKeys{});     // P(j - 1)
         if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn, if m moved
         named_bar_sync(my_turn, kConsumerThreads);
-        batch_begin(AllKeys{});  // one fence for both products: P and O were written by ordinary instructions
+        batch_begin(AllKeys{}, AllKeys{});  // one fence for both products: P and O were written by ordinary instructions
         issue_qk(ring.stage, AllKeys{});
         wgmma_commit();
-        issue_pv(pv.stage);
+        issue_pv(pv.stage, AllKeys{});
         wgmma_commit();
         named_bar_arrive(their_turn, kConsumerThreads);
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
+        const auto mask_narrow = [&] {  // key tile 0's keys r .. 31 are key tile 1's
+#pragma unroll
+          for (int i = 0; i < decltype(keys)::value / 2; ++i)
+            if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
+        };
+        if constexpr (kNarrow) mask_narrow();
         if constexpr (kMasked) {
-          if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{});
+          if (mask_last) mask_s(t.row_tile, tile, AllKeys{});
         }
-        if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
+        if (!softmax_against_m(keys)) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
           recompute_s(ring.stage);
+          if constexpr (kNarrow) mask_narrow();
           if constexpr (kMasked) {
-            if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{});
+            if (mask_last) mask_s(t.row_tile, tile, AllKeys{});
           }
-          softmax(AllKeys{});
+          softmax(keys);
         }
         if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);  // K (and Q) read again at most above
         if (tile == tiles - 1) release_q();  // the last QK of this work tile has read Q
         pv = ring;
         ring.advance();
       };
-      for (int tile = 1; tile < tiles - 1; ++tile) batch(tile, std::false_type{});
-      if (tiles > 1) batch(tiles - 1, std::true_type{});
+      for (int tile = 1; tile < tiles - 1; ++tile) batch(tile, std::false_type{}, AllKeys{});
+      if (tiles > 1) {
+        if constexpr (kRaggedFirst) batch(tiles - 1, std::false_type{}, RaggedKeys{});
+        else batch(tiles - 1, std::true_type{}, AllKeys{});
+      }
 
       // ---- batch n: PV(n - 1) ---------------------------------------------------------------------
       mbar_wait(&smem.v_full[pv.stage], pv.phase);
@@ -506,14 +514,16 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
       if (tiles > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
-      pack_p();  // P(n - 1)
+      using LastKeys = std::conditional_t<kRaggedFirst, RaggedKeys, AllKeys>;  // ragged: key tile 0's 32
+      pack_p(LastKeys{});  // P(n - 1)
       // Epilogue step 1: the previous work tile's store has read the O tile (nothing to wait for at
       // the block's first); the turn sync below carries that to the warpgroup's 128 threads.
       if (store_thread()) bulk_wait_group_read<0>();
       if (rescale_o_needed) rescale_o();
       named_bar_sync(my_turn, kConsumerThreads);
-      batch_begin(AllKeys{});
-      issue_pv(pv.stage);
+      if constexpr (kRaggedFirst) batch_begin(std::integral_constant<int, 0>{}, LastKeys{});
+      else batch_begin(AllKeys{}, AllKeys{});
+      issue_pv(pv.stage, LastKeys{});
       wgmma_commit();
       if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
       wgmma_wait<0>();
