@@ -95,7 +95,7 @@ constexpr float kRescaleP = 256.f;                           // V23: the same, s
 constexpr int kStages = 2;                                   // K/V ring depth
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
-constexpr int kRaggedFirstKeys = 32;           // the entry ..._ragged_first takes 0 < S mod 128 <= this
+constexpr int kRaggedFirstKeys = kCausal ? 0 : 32;           // the entry ..._ragged_first takes 0 < S mod 128 <= this
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 
@@ -137,7 +137,8 @@ template <bool kRaggedFirst>
 __device__ __forceinline__ void attention(int seq_len, float scale_log2, const CUtensorMap& tmap_q,
                                           const CUtensorMap& tmap_k, const CUtensorMap& tmap_v,
                                           const CUtensorMap& tmap_o, int row_tiles, int batch_heads, int heads,
-                                          const int4* __restrict__ work_list, half* __restrict__ o) {
+                                          const int4* __restrict__ work_list) {
+  static_assert(!(kRaggedFirst && kCausal), "the ragged-first entry has no mask");
   const WorkList::Head list_head = WorkList::head_of_this_block(work_list);  // in flight under the set-up
   require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kBr);
 
@@ -147,7 +148,6 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
   // narrow QK are masked: key tile 1's), and key tile c >= 1 keys 128c - (128 - r) ..: the ragged part
   // is every work tile's batch 0, whose QK is 32 keys wide.
   const int key_shift = kRaggedFirst ? kBc - seq_len % kBc : 0;
-  const int row_shift = kCausal ? key_shift : 0;
   const auto key_start = [&](int tile) { return kRaggedFirst && tile > 0 ? tile * kBc - key_shift : tile * kBc; };
 
   extern __shared__ unsigned char smem_raw[];
@@ -197,7 +197,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       // warpgroup c's rows (both 64-column boxes of them) once c is done with its rows of the last Q
       const auto load_q = [&](const WorkTile& t) {
         for (int c = 0; c < kConsumerWarpgroups; ++c) {
-          const int row = t.row_tile * kBr + c * kWgRows - row_shift;
+          const int row = t.row_tile * kBr + c * kWgRows;
           mbar_wait(&smem.q_empty[c], q_phase ^ 1);
           mbar_arrive_expect_tx(&smem.q_full[c], kQRowsBytes);
           tma_load_4d(smem.q[0] + c * kWgRows * kBoxCols, &tmap_q, &smem.q_full[c], 0, row, t.head, t.batch);
@@ -210,12 +210,10 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       int previous_tile = -1;  // the key tile whose V is still to load
       for (int round = 0; round < work.count; ++round) {
         const WorkTile t = work.tile(round);
-        const int tiles = key_tiles(t.row_tile, seq_len);
-        for (int j = 0; j < tiles; ++j) {
-          const int tile = kRaggedFirst ? tiles - 1 - j : j;  // the ragged entry: from the diagonal down
+        for (int tile = 0; tile < key_tiles(t.row_tile, seq_len); ++tile) {
           load_k(t, tile);
           if (previous_tile >= 0) load_v(previous, previous_tile);
-          if (j == 0) load_q(t);
+          if (tile == 0) load_q(t);
           previous = t, previous_tile = tile;
         }
       }
@@ -261,21 +259,20 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
     // B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
     // 128 B apart, 8-key groups SBO = 1024 B apart.
-    const auto issue_pv = [&](int stage, auto keys) {
+    const auto issue_pv = [&](int stage) {
       const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
 #pragma unroll
-      for (int kk = 0; kk < decltype(keys)::value / 16; ++kk)
+      for (int kk = 0; kk < kBc / 16; ++kk)
         wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
     };
     using AllKeys = std::integral_constant<int, kBc>;  // QK's width (wgmma N) on a whole key tile
     using RaggedKeys = std::integral_constant<int, kRaggedFirstKeys>;  // on a ragged key tile 0
     // Before a batch: the registers its wgmma write or read were last touched by ordinary code (of S,
     // those a QK of `keys` keys writes).
-    const auto batch_begin = [&](auto qk_keys, auto pv_keys) {
-      fence_regs(o_acc);
-      if constexpr (decltype(qk_keys)::value > 0) fence_regs(*reinterpret_cast<float(*)[decltype(qk_keys)::value / 2]>(s_acc));
+    const auto batch_begin = [&](auto keys) {
+      fence_regs(o_acc), fence_regs(*reinterpret_cast<float(*)[decltype(keys)::value / 2]>(s_acc));
 #pragma unroll
-      for (int kk = 0; kk < decltype(pv_keys)::value / 16; ++kk) fence_regs(p_frag[kk]);
+      for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
       wgmma_fence();
     };
     // The mask on S (s_acc[4i + 2h + e]: row g + 8h of the warp's 16, key 8i + 2 quad + e): -inf on keys
@@ -285,15 +282,12 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // first (masked in batch 0). Every row keeps at least one key of every tile it reads (its diagonal
     // key, or the tile's first).
     const bool mask_last = kCausal || (!kRaggedFirst && seq_len % kBc != 0);
-    const auto mask_s = [&](int row_tile, int tile, auto keys) {
-      const bool ragged_tile = kRaggedFirst && tile == 0;
-      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g;
-      const int key0 = tile * kBc + 2 * quad + (ragged_tile ? key_shift : 0);
-      const int end = kRaggedFirst ? (ragged_tile ? kBc : 0x7fffffff) : seq_len;
+    const auto mask_s = [&](int row_tile, int tile) {
+      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g, key0 = tile * kBc + 2 * quad;
 #pragma unroll
-      for (int i = 0; i < decltype(keys)::value / 2; ++i) {
+      for (int i = 0; i < 64; ++i) {
         const int row = row0 + 8 * ((i / 2) % 2), key = key0 + 8 * (i / 4) + i % 2;
-        if (key >= end || (kCausal && key > row)) s_acc[i] = -INFINITY;
+        if (key >= seq_len || (kCausal && key > row)) s_acc[i] = -INFINITY;
       }
     };
     // Online softmax of S in registers (a thread holds 32 of the 128 columns of rows g, g + 8). It
@@ -334,13 +328,12 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // V23: P against the current m first; the max only where a thread's part of a row sums above
     // 2^8 (true whenever one of its P is). Leaves what softmax leaves, or returns false with m and the
     // sums untouched: a P or a sum of the warp overflowed, and S must be multiplied again (recompute_s).
-    const auto softmax_against_m = [&](auto keys) {
-      constexpr int kLive = decltype(keys)::value / 2;
+    const auto softmax_against_m = [&] {
       float neg_max_scaled[2], tile_sum[2] = {0.f, 0.f};
 #pragma unroll
       for (int h = 0; h < 2; ++h) neg_max_scaled[h] = -row_max[h] * scale_log2;
 #pragma unroll
-      for (int i = 0; i < kLive; ++i) {
+      for (int i = 0; i < 64; ++i) {
         const int h = (i / 2) % 2;
         s_acc[i] = fast_exp2(fmaf(s_acc[i], scale_log2, neg_max_scaled[h]));
         tile_sum[h] += s_acc[i];
@@ -353,7 +346,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         for (int h = 0; h < 2; ++h) {
           float m = 0.f;
 #pragma unroll
-          for (int i = 0; i < kLive / 4; ++i) m = fmaxf(m, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
+          for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
           p_max[h] = quad_max(m);
         }
         // An overflowed P, or a sum of finite ones: S is needed again. (Below, 1 / p_max is subnormal
@@ -373,7 +366,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         rescale_o_needed = __any_sync(0xffffffff, moved);
         if (rescale_o_needed) {
 #pragma unroll
-          for (int i = 0; i < kLive; ++i) s_acc[i] *= rescale[(i / 2) % 2];
+          for (int i = 0; i < 64; ++i) s_acc[i] *= rescale[(i / 2) % 2];
         }
       }
 #pragma unroll
@@ -409,9 +402,9 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     };
     // Once PV(j - 1) is done with P(j - 1): P(j) packed as wgmma A fragments, k16 slice kk (keys
     // 16kk..) from accumulator blocks 2kk, 2kk + 1.
-    const auto pack_p = [&](auto keys) {
+    const auto pack_p = [&] {
 #pragma unroll
-      for (int kk = 0; kk < decltype(keys)::value / 16; ++kk)
+      for (int kk = 0; kk < kBc / 16; ++kk)
 #pragma unroll
         for (int r = 0; r < 4; ++r) p_frag[kk][r] = pack_half2(s_acc[8 * kk + 2 * r], s_acc[8 * kk + 2 * r + 1]);
     };
@@ -436,18 +429,25 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       q_phase ^= 1;
 
       // ---- batch 0: QK(0), of 32 keys with kRaggedFirst --------------------------------------------
-      using FirstKeys = AllKeys;
+      using FirstKeys = std::conditional_t<kRaggedFirst, RaggedKeys, AllKeys>;
       constexpr int kFirstLive = FirstKeys::value / 2;  // the accumulators QK(0) writes
+#pragma unroll
+      for (int i = kFirstLive; i < 64; ++i) s_acc[i] = 0.f;  // P of the keys QK(0) leaves out
       mbar_wait(&smem.k_full[ring.stage], ring.phase);
       if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
-      batch_begin(FirstKeys{}, AllKeys{});
+      batch_begin(FirstKeys{});
       issue_qk(ring.stage, FirstKeys{});
       wgmma_commit();
       named_bar_arrive(their_turn, kConsumerThreads);
       wgmma_wait<0>();
       fence_regs(*reinterpret_cast<float(*)[kFirstLive]>(s_acc));
-      if (kRaggedFirst ? kCausal || tiles == 1 : mask_last && tiles == 1)  // a diagonal, or S, crosses it
-        mask_s(t.row_tile, kRaggedFirst ? tiles - 1 : 0, AllKeys{});
+      if (kRaggedFirst) {  // key tile 0's keys r .. 31 are key tile 1's
+#pragma unroll
+        for (int i = 0; i < kFirstLive; ++i)
+          if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
+      } else if (mask_last && tiles == 1) {  // a diagonal, or S, crosses it
+        mask_s(t.row_tile, 0);
+      }
       if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
       if (tiles == 1) release_q();
       softmax(FirstKeys{});
@@ -458,9 +458,8 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       // One batch j of key tile `tile`; `masked` (std::integral_constant): whether the mask may apply, true
       // for the last key tile only, where it applies if mask_last. The loop runs tiles 1 .. n - 2 with
       // the mask compiled out, the last tile (n - 1, where n > 1) runs after it.
-      const auto batch = [&](int tile, auto masked, auto keys) {
+      const auto batch = [&](int tile, auto masked) {
         constexpr bool kMasked = decltype(masked)::value;
-        constexpr bool kNarrow = decltype(keys)::value != kBc;  // the ragged entry's last: key tile 0
         mbar_wait(&smem.k_full[ring.stage], ring.phase);
         mbar_wait(&smem.v_full[pv.stage], pv.phase);
         wgmma_wait<0>();  // PV(j - 2) complete (nothing pending at j = 1)
@@ -468,44 +467,34 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
 #pragma unroll
         for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
         if (tile > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
-        pack_p(AllKeys{});     // P(j - 1)
+        pack_p();     // P(j - 1)
         if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn, if m moved
         named_bar_sync(my_turn, kConsumerThreads);
-        batch_begin(AllKeys{}, AllKeys{});  // one fence for both products: P and O were written by ordinary instructions
+        batch_begin(AllKeys{});  // one fence for both products: P and O were written by ordinary instructions
         issue_qk(ring.stage, AllKeys{});
         wgmma_commit();
-        issue_pv(pv.stage, AllKeys{});
+        issue_pv(pv.stage);
         wgmma_commit();
         named_bar_arrive(their_turn, kConsumerThreads);
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
-        const auto mask_narrow = [&] {  // key tile 0's keys r .. 31 are key tile 1's
-#pragma unroll
-          for (int i = 0; i < decltype(keys)::value / 2; ++i)
-            if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
-        };
-        if constexpr (kNarrow) mask_narrow();
         if constexpr (kMasked) {
-          if (mask_last) mask_s(t.row_tile, tile, AllKeys{});
+          if (mask_last) mask_s(t.row_tile, tile);
         }
-        if (!softmax_against_m(keys)) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
+        if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
           recompute_s(ring.stage);
-          if constexpr (kNarrow) mask_narrow();
           if constexpr (kMasked) {
-            if (mask_last) mask_s(t.row_tile, tile, AllKeys{});
+            if (mask_last) mask_s(t.row_tile, tile);
           }
-          softmax(keys);
+          softmax(AllKeys{});
         }
         if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);  // K (and Q) read again at most above
         if (tile == tiles - 1) release_q();  // the last QK of this work tile has read Q
         pv = ring;
         ring.advance();
       };
-      for (int tile = 1; tile < tiles - 1; ++tile) batch(tile, std::false_type{}, AllKeys{});
-      if (tiles > 1) {
-        if constexpr (kRaggedFirst) batch(tiles - 1, std::false_type{}, RaggedKeys{});
-        else batch(tiles - 1, std::true_type{}, AllKeys{});
-      }
+      for (int tile = 1; tile < tiles - 1; ++tile) batch(tile, std::false_type{});
+      if (tiles > 1) batch(tiles - 1, std::true_type{});
 
       // ---- batch n: PV(n - 1) ---------------------------------------------------------------------
       mbar_wait(&smem.v_full[pv.stage], pv.phase);
@@ -514,16 +503,14 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
       if (tiles > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
-      using LastKeys = std::conditional_t<kRaggedFirst, RaggedKeys, AllKeys>;  // ragged: key tile 0's 32
-      pack_p(LastKeys{});  // P(n - 1)
+      pack_p();  // P(n - 1)
       // Epilogue step 1: the previous work tile's store has read the O tile (nothing to wait for at
       // the block's first); the turn sync below carries that to the warpgroup's 128 threads.
       if (store_thread()) bulk_wait_group_read<0>();
       if (rescale_o_needed) rescale_o();
       named_bar_sync(my_turn, kConsumerThreads);
-      if constexpr (kRaggedFirst) batch_begin(std::integral_constant<int, 0>{}, LastKeys{});
-      else batch_begin(AllKeys{}, AllKeys{});
-      issue_pv(pv.stage, LastKeys{});
+      batch_begin(AllKeys{});
+      issue_pv(pv.stage);
       wgmma_commit();
       if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
       wgmma_wait<0>();
@@ -535,25 +522,11 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       float inv[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) inv[h] = 1.f / quad_sum(row_sum[h]);
-      if (kCausal && kRaggedFirst && t.row_tile == 0) {  // rows before 0: ordinary stores of rows >= 0
-        half* o_head = o + (size_t(t.batch) * heads + t.head) * size_t(seq_len) * kD;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = cwg * kWgRows + warp * 16 + g + 8 * h - row_shift;
-          if (row >= 0) {
-#pragma unroll
-            for (int n8 = 0; n8 < kD / 8; ++n8)
-              *reinterpret_cast<uint32_t*>(o_head + size_t(row) * kD + 8 * n8 + 2 * quad) =
-                  pack_half2(o_acc[4 * n8 + 2 * h] * inv[h], o_acc[4 * n8 + 2 * h + 1] * inv[h]);
-          }
-        }
-        continue;
-      }
       write_o_rows<kBr>(smem.o[0], cwg * kWgRows, o_acc, inv);
       fence_proxy_async();  // this thread's writes, visible to the TMA unit's reads
       named_bar_sync(kOBar + cwg, 128);  // all 128 threads of this warpgroup have written and fenced its rows
       if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
-        const int o_row = t.row_tile * kBr + cwg * kWgRows - row_shift;
+        const int o_row = t.row_tile * kBr + cwg * kWgRows;
         tma_store_4d(&tmap_o, smem.o[0] + cwg * kWgRows * kBoxCols, 0, o_row, t.head, t.batch);
         tma_store_4d(&tmap_o, smem.o[1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row, t.head, t.batch);
         bulk_commit_group();
@@ -573,14 +546,16 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       const int4* __restrict__ work_list
 // Every S but those the next entry takes.
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attention_forward(FLASH_V25_PARAMS) {
-  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list, o);
+  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
 }
+#if !FLASH_CAUSAL
 // S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys), without the mask: the key
 // tiles laid out from S's end. At another S it would drop keys or mask whole tiles; the launcher alone
 // holds it to its S (a trap on the S here, in each place tried, had ptxas serialise every wgmma of the
 // entry, C7511).
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 flash_attention_forward_ragged_first(FLASH_V25_PARAMS) {
-  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list, o);
+  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
 }
+#endif
 #undef FLASH_V25_PARAMS
