@@ -17,8 +17,9 @@
 // Choice: no ragged-first entry under the mask. There the row tiles must shift with the key tiles
 //   (row tile 0 rows -(128 - r) .., so that each diagonal stays one key tile), and a TMA store whose
 //   box starts before row 0 is an illegal instruction on the H200, partly out of bounds or wholly;
-//   with row tile 0's O written by ordinary stores instead, S = 4000 took 653.7k cycles against the
-//   first entry's 639.6k (NOTES).
+//   with row tile 0's O written by ordinary stores instead, S = 4000 took 651.2k cycles against the
+//   first entry's 641.0k: there ptxas gave the softmax's -m registers of one bank, and every batch
+//   after the narrow QK(0) ran 6% slower (NOTES).
 // Causal: row tile r (rows 128r..128r+127) needs key tiles 0..r only (Br = Bc): the tiles wholly
 // above the diagonal are never loaded or multiplied, and the mask is applied on the diagonal tile
 // alone (the last of a work tile).
