@@ -4,22 +4,22 @@
 // Any S: Q, K, V and O are read and written through 4-D tensor maps by head ({D, S, H, B}), whose
 // bound on S fills a box that reaches past the last row with zeros and clips the O stores; keys at
 // or past S are masked in the last key tile.
-// Two entries without the mask: flash_attention_forward for every S but those whose last key tile
-// holds 1 to 32 keys, and flash_attention_forward_ragged_first for those (the launch picks by the
-// contract's ragged_first): there the key tiles are laid out from S's end, so that the part tile is
-// every work tile's key tile 0, whose QK (wgmma N = 32) and softmax take its keys alone (see
-// `attention`). The causal build has the first entry alone.
+// Two entries: flash_attention_forward for every S but those whose last key tile holds 1 to 32 keys,
+// and flash_attention_forward_ragged_first for those (the launch picks by the contract's
+// ragged_first): there the key tiles are laid out from S's end, so that the part tile is every work
+// tile's key tile 0, whose QK (wgmma N = 32) and softmax take its keys alone, and under the mask the
+// row tiles with them, so that each diagonal stays one key tile (see `attention`).
 // Choice: a second entry, not a choice by width inside the kernel: a branch by width in batch 0
 //   serialises every wgmma (ptxas C7515), and the consumers' loop made once per width, chosen once,
 //   slowed the whole-tile copy by 3.3-6.7% at S = 512-4096 (NOTES), while the narrow tile made S = 4000
 //   2.0% cheaper than 4096. As an entry of its own the first entry is V25's code instruction for
 //   instruction, and its ragged tile is its own.
-// Choice: no ragged-first entry under the mask. There the row tiles must shift with the key tiles
-//   (row tile 0 rows -(128 - r) .., so that each diagonal stays one key tile), and a TMA store whose
-//   box starts before row 0 is an illegal instruction on the H200, partly out of bounds or wholly;
-//   with row tile 0's O written by ordinary stores instead, S = 4000 took 651.2k cycles against the
-//   first entry's 641.0k: there ptxas gave the softmax's -m registers of one bank, and every batch
-//   after the narrow QK(0) ran 6% slower (NOTES).
+// Choice: under the mask, row tile 0 (rows -(128 - r) ..) has its rows at or past 0 copied from the O
+//   tile by its warpgroup's threads: a TMA store whose box starts before row 0 is an illegal
+//   instruction on the H200, partly out of bounds or wholly. Copied from the O tile, not stored from
+//   the accumulators: with stores from the accumulators ptxas gave the softmax's two -m registers of
+//   one bank, and every batch after the narrow QK(0) ran 6% slower, S = 4000 651.2k cycles against the
+//   first entry's 641.0k; copied, 623.4k against 641.4k (NOTES).
 // Causal: row tile r (rows 128r..128r+127) needs key tiles 0..r only (Br = Bc): the tiles wholly
 // above the diagonal are never loaded or multiplied, and the mask is applied on the diagonal tile
 // alone (the last of a work tile).
@@ -59,10 +59,12 @@
 //                           softmax(j) overlapping PV(j-1); release K(j), V(j-2)
 //       batch n: PV(n-1) | release V(n-1), and Q after the last QK
 //       epilogue: O / row sums -> the O tile (stmatrix) -> TMA store of the warpgroup's 64 rows
+//                 (causal row tile 0 of the ragged-first entry: its rows from 0 copied by 128 threads)
 //     softmax(j) masks first on a tile the diagonal or S crosses; it takes exp against the running
 //     m (V23), moves m only past 2^8 (V22), and multiplies S again on the FMA pipe where P overflows.
 //   Br = 128, Bc = 128. Shared memory: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the barriers.
 //
+#include <climits>      // INT_MAX: a mask with no end
 #include <type_traits>  // std::integral_constant: a batch's compile-time mask flag
 
 #include "hopper.cuh"
@@ -96,7 +98,7 @@ constexpr float kRescaleP = 256.f;                           // V23: the same, s
 constexpr int kStages = 2;                                   // K/V ring depth
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
-constexpr int kRaggedFirstKeys = kCausal ? 0 : 32;           // the entry ..._ragged_first takes 0 < S mod 128 <= this
+constexpr int kRaggedFirstKeys = 32;           // the entry ..._ragged_first takes 0 < S mod 128 <= this
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 
@@ -132,14 +134,12 @@ __device__ __forceinline__ int key_tiles(int row_tile, int seq_len) {
 FLASH_LAUNCH_CONTRACT_HEAD_MAPS(kThreads, kBr, kBc, kSmemBytes, kD, kWgRows, kBc, kWgRows, kCtasPerSm, kCausal,
                                 kL2SectionBytes, kRaggedFirstKeys)
 
-// The kernel, in two entries (below): kRaggedFirst where S ends in the first quarter of a key tile
-// (without the mask only).
+// The kernel, in two entries (below): kRaggedFirst where S ends in the first quarter of a key tile.
 template <bool kRaggedFirst>
 __device__ __forceinline__ void attention(int seq_len, float scale_log2, const CUtensorMap& tmap_q,
                                           const CUtensorMap& tmap_k, const CUtensorMap& tmap_v,
                                           const CUtensorMap& tmap_o, int row_tiles, int batch_heads, int heads,
-                                          const int4* __restrict__ work_list) {
-  static_assert(!(kRaggedFirst && kCausal), "the ragged-first entry has no mask");
+                                          const int4* __restrict__ work_list, half* __restrict__ o) {
   const WorkList::Head list_head = WorkList::head_of_this_block(work_list);  // in flight under the set-up
   require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kBr);
 
@@ -147,8 +147,11 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
   // clip). Without kRaggedFirst, key tile c is keys 128c .. (the tile S ends in masked past S). With it
   // (r = S mod 128, 1 to 32), key tile 0 is keys 0 .. r - 1, loaded from key 0 (keys r .. 31 of its
   // narrow QK are masked: key tile 1's), and key tile c >= 1 keys 128c - (128 - r) ..: the ragged part
-  // is every work tile's batch 0, whose QK is 32 keys wide.
+  // is every work tile's batch 0, whose QK is 32 keys wide. Under the mask the row tiles shift the same
+  // way (row tile 0 is rows -(128 - r) .. r - 1, its Q before row 0 filled with zeros), so that a row
+  // tile's diagonal is still its last key tile; row tile 0's rows at or past 0 are copied from the O tile.
   const int key_shift = kRaggedFirst ? kBc - seq_len % kBc : 0;
+  const int row_shift = kCausal ? key_shift : 0;
   const auto key_start = [&](int tile) { return kRaggedFirst && tile > 0 ? tile * kBc - key_shift : tile * kBc; };
 
   extern __shared__ unsigned char smem_raw[];
@@ -198,7 +201,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       // warpgroup c's rows (both 64-column boxes of them) once c is done with its rows of the last Q
       const auto load_q = [&](const WorkTile& t) {
         for (int c = 0; c < kConsumerWarpgroups; ++c) {
-          const int row = t.row_tile * kBr + c * kWgRows;
+          const int row = t.row_tile * kBr + c * kWgRows - row_shift;
           mbar_wait(&smem.q_empty[c], q_phase ^ 1);
           mbar_arrive_expect_tx(&smem.q_full[c], kQRowsBytes);
           tma_load_4d(smem.q[0] + c * kWgRows * kBoxCols, &tmap_q, &smem.q_full[c], 0, row, t.head, t.batch);
@@ -276,19 +279,25 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       for (int kk = 0; kk < kBc / 16; ++kk) fence_regs(p_frag[kk]);
       wgmma_fence();
     };
-    // The mask on S (s_acc[4i + 2h + e]: row g + 8h of the warp's 16, key 8i + 2 quad + e): -inf on keys
-    // at or past S, and under the causal mask on keys after the row. Only on a work tile's last key
-    // tile, and there only where the diagonal or S crosses it (mask_last): the diagonal tile is a
-    // row tile's last, and so is the tile S ends in, but with kRaggedFirst, whose ragged tile is the
-    // first (masked in batch 0). Every row keeps at least one key of every tile it reads (its diagonal
-    // key, or the tile's first).
+    // The mask on S (s_acc[4i + 2h + e]: row g + 8h of the warp's 16, key 8i + 2 quad + e), over the
+    // accumulators a QK of `keys` keys wrote: -inf on keys at or past the tile's end (S; with
+    // kRaggedFirst, key tile 0's key r), and under the causal mask on keys after the row. Only where the
+    // diagonal or the end crosses a tile: a work tile's last (mask_last: the diagonal, and without
+    // kRaggedFirst the tile S ends in) and with kRaggedFirst its first. Rows and keys are placed on the
+    // grid of whole tiles (with kRaggedFirst, key tile 0's keys in its last r places, and under the mask
+    // each row key_shift places on), where the diagonal and the ends are as without kRaggedFirst.
+    // `first`: key tile 0 (std::true_type). Every row at or past 0 keeps at least one key of every tile
+    // it reads (its diagonal key, or the tile's first).
     const bool mask_last = kCausal || (!kRaggedFirst && seq_len % kBc != 0);
-    const auto mask_s = [&](int row_tile, int tile) {
-      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g, key0 = tile * kBc + 2 * quad;
+    const auto mask_s = [&](int row_tile, int tile, auto keys, auto first) {
+      constexpr bool kRaggedTile = kRaggedFirst && decltype(first)::value;
+      const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g;
+      const int key0 = tile * kBc + 2 * quad + (kRaggedTile ? key_shift : 0);
+      const int end = kRaggedFirst ? (kRaggedTile ? kBc : INT_MAX) : seq_len;  // INT_MAX: no end crosses it
 #pragma unroll
-      for (int i = 0; i < 64; ++i) {
+      for (int i = 0; i < decltype(keys)::value / 2; ++i) {
         const int row = row0 + 8 * ((i / 2) % 2), key = key0 + 8 * (i / 4) + i % 2;
-        if (key >= seq_len || (kCausal && key > row)) s_acc[i] = -INFINITY;
+        if (key >= end || (kCausal && key > row)) s_acc[i] = -INFINITY;
       }
     };
     // Online softmax of S in registers (a thread holds 32 of the 128 columns of rows g, g + 8). It
@@ -442,12 +451,13 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       named_bar_arrive(their_turn, kConsumerThreads);
       wgmma_wait<0>();
       fence_regs(*reinterpret_cast<float(*)[kFirstLive]>(s_acc));
-      if (kRaggedFirst) {  // key tile 0's keys r .. 31 are key tile 1's
+      if (kRaggedFirst && !(kCausal && tiles == 1)) {  // key tile 0's keys r .. 31 are key tile 1's
 #pragma unroll
         for (int i = 0; i < kFirstLive; ++i)
           if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
-      } else if (mask_last && tiles == 1) {  // a diagonal, or S, crosses it
-        mask_s(t.row_tile, 0);
+      } else if (kRaggedFirst || (mask_last && tiles == 1)) {  // a diagonal, or S, crosses it (with
+        // kRaggedFirst: causal row tile 0, whose one key tile is both the part tile and its diagonal)
+        mask_s(t.row_tile, 0, FirstKeys{}, std::true_type{});
       }
       if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
       if (tiles == 1) release_q();
@@ -480,12 +490,12 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
         if constexpr (kMasked) {
-          if (mask_last) mask_s(t.row_tile, tile);
+          if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{});
         }
         if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
           recompute_s(ring.stage);
           if constexpr (kMasked) {
-            if (mask_last) mask_s(t.row_tile, tile);
+            if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{});
           }
           softmax(AllKeys{});
         }
@@ -526,8 +536,16 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       write_o_rows<kBr>(smem.o[0], cwg * kWgRows, o_acc, inv);
       fence_proxy_async();  // this thread's writes, visible to the TMA unit's reads
       named_bar_sync(kOBar + cwg, 128);  // all 128 threads of this warpgroup have written and fenced its rows
-      if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
-        const int o_row = t.row_tile * kBr + cwg * kWgRows;
+      if (kCausal && kRaggedFirst && t.row_tile == 0) {  // rows before 0: the warpgroup copies its rows >= 0
+        half* o_head = o + (size_t(t.batch) * heads + t.head) * size_t(seq_len) * kD;
+        for (int c = threadIdx.x % 128; c < kWgRows * (kD / 8); c += 128) {
+          const int local = cwg * kWgRows + c / (kD / 8), col = 8 * (c % (kD / 8)), row = local - row_shift;
+          if (row >= 0)
+            *reinterpret_cast<uint4*>(o_head + size_t(row) * kD + col) =
+                *reinterpret_cast<const uint4*>(tile_element<kBr>(smem.o[0], local, col));
+        }
+      } else if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
+        const int o_row = t.row_tile * kBr + cwg * kWgRows - row_shift;
         tma_store_4d(&tmap_o, smem.o[0] + cwg * kWgRows * kBoxCols, 0, o_row, t.head, t.batch);
         tma_store_4d(&tmap_o, smem.o[1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row, t.head, t.batch);
         bulk_commit_group();
@@ -547,16 +565,14 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       const int4* __restrict__ work_list
 // Every S but those the next entry takes.
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attention_forward(FLASH_V25_PARAMS) {
-  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
+  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list, o);
 }
-#if !FLASH_CAUSAL
-// S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys), without the mask: the key
-// tiles laid out from S's end. At another S it would drop keys or mask whole tiles; the launcher alone
+// S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys): the key tiles (and under
+// the mask the row tiles) laid out from S's end. At another S it would drop keys or mask whole tiles; the launcher alone
 // holds it to its S (a trap on the S here, in each place tried, had ptxas serialise every wgmma of the
 // entry, C7511).
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 flash_attention_forward_ragged_first(FLASH_V25_PARAMS) {
-  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list);
+  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list, o);
 }
-#endif
 #undef FLASH_V25_PARAMS

@@ -486,29 +486,26 @@ def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records
     """V25 keeps V24's shared memory, registers and turn (in both copies of a batch: the loop's and the
     last key tile's), and loads and stores through 4-D tensor maps (by head: any S); its build in the
     causal configuration (FLASH_CAUSAL=1) is the causal kernel, which its contract says, from the same
-    source and with the same resources. The mask's selects (-inf) are in both builds. The build without
-    the mask has a second entry for an S whose last key tile holds 1 to 32 keys, which its contract names:
-    the same resources and turns, its QK(0) of 32 keys (wgmma N=32) where the first entry's are all 128.
-    The causal build has the first entry alone, and its contract names no other."""
+    source and with the same resources. The mask's selects (-inf) are in both builds. Each build has a
+    second entry for an S whose last key tile holds 1 to 32 keys, which its contract names: the same
+    resources and turns, its QK(0) of 32 keys (wgmma N=32) where the first entry's are all 128."""
     v24, v25, causal = records[("v24", "sm_90a")], records[("v25", "sm_90a")], records[("v25.causal", "sm_90a")]
     ragged_first = {"entry": "flash_attention_forward_ragged_first", "keys": 32}
     assert v25["launch"] == {**v24["launch"], "tensor_map_rank": 4, "work_list": {"l2_section_bytes": 0},
                              "ragged_first": ragged_first}
     assert v25["registers"] == v24["registers"] and v25["spill_bytes"] == 0
     assert v25["stack_frame_bytes"] == causal["stack_frame_bytes"] == ROLLED_RARE_PATH_STACK["v25"]
-    dense_only = {k: v for k, v in v25["launch"].items() if k != "ragged_first"}
-    assert causal["launch"] == {**dense_only, "causal": True, "work_list": {"l2_section_bytes": 16 << 20}}
+    assert causal["launch"] == {**v25["launch"], "causal": True, "work_list": {"l2_section_bytes": 16 << 20}}
     assert causal["defines"] == {"FLASH_CAUSAL": 1}
     assert causal["registers"] == v25["registers"] and causal["spill_bytes"] == 0
-    assert v25["ragged_first"] == {"registers": v25["registers"], "stack_frame_bytes": v25["stack_frame_bytes"],
-                                   "spill_store_bytes": 0, "spill_load_bytes": 0, "static_smem_bytes": 0}
-    assert "ragged_first" not in causal
+    for build in (v25, causal):
+        assert build["ragged_first"] == {"registers": v25["registers"], "stack_frame_bytes": v25["stack_frame_bytes"],
+                                         "spill_store_bytes": 0, "spill_load_bytes": 0, "static_smem_bytes": 0}
     v24_sass = _sass(v24, built)
     (v24_turn,), v24_loads = _turns(v24_sass), v24_sass.count("UTMALDG")
     for build in (v25, causal):
         entries = _functions(_sass(build, built))
-        assert set(entries) == ({"flash_attention_forward"} if build is causal else
-                                {"flash_attention_forward", "flash_attention_forward_ragged_first"})
+        assert set(entries) == {"flash_attention_forward", "flash_attention_forward_ragged_first"}
         for name, sass_text in entries.items():
             assert "UTMALDG.4D" in sass_text and "UTMALDG.2D" not in sass_text and "UTMASTG.4D" in sass_text
             assert sass_text.count("UTMALDG") == v24_loads

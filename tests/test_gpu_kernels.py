@@ -138,7 +138,7 @@ def test_a_defect_planted_in_the_real_kernel_fails_its_check(build, name, defect
 
 
 # S that is no multiple of a tile, below one tile, and B*H odd: the last row tile and key tile are partial
-# (4000, 1 and 129 end their last key tile at 32 keys or fewer: V25's ragged-first entry without the mask)
+# (4000, 1 and 129 end their last key tile at 32 keys or fewer: V25's ragged-first entry)
 RAGGED = [Shape(1, 3, 1000, 128), Shape(2, 3, 1500, 128), Shape(1, 2, 4000, 128), Shape(3, 5, 100, 128),
           Shape(1, 1, 1, 128), Shape(1, 7, 129, 128)]
 
@@ -233,7 +233,7 @@ def test_a_mislaunched_kernel_fails_loudly_and_the_run_goes_on(build, name, how)
 
 # A launch at each of two small ragged shapes with an odd B*H, on far_max (the rare path): what
 # compute-sanitizer runs. S=200 ends its last key tile at 72 keys, S=150 at 22: a kernel with an entry for
-# a key tile of 1 to 32 keys (V25's ragged_first, without the mask) runs both of its entries.
+# a key tile of 1 to 32 keys (V25's ragged_first) runs both of its entries.
 LAUNCH_ONCE = """
 import sys
 import cupy as cp
