@@ -98,7 +98,7 @@ constexpr float kRescaleP = 256.f;                           // V23: the same, s
 constexpr int kStages = 2;                                   // K/V ring depth
 constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
-constexpr int kRaggedFirstKeys = 32;           // the entry ..._ragged_first takes 0 < S mod 128 <= this
+constexpr int kRaggedFirstKeys = 32;                         // the entry ..._ragged_first takes 0 < S mod 128 <= this
 static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 
@@ -568,9 +568,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attenti
   attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list, o);
 }
 // S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys): the key tiles (and under
-// the mask the row tiles) laid out from S's end. At another S it would drop keys or mask whole tiles; the launcher alone
-// holds it to its S (a trap on the S here, in each place tried, had ptxas serialise every wgmma of the
-// entry, C7511).
+// the mask the row tiles) laid out from S's end. At another S it would drop keys or mask whole tiles;
+// the launcher alone holds it to its S (a trap on the S here, in each place tried, had ptxas serialise
+// every wgmma of the entry, C7511).
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 flash_attention_forward_ragged_first(FLASH_V25_PARAMS) {
   attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list, o);
