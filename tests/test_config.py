@@ -252,19 +252,38 @@ def test_the_headline_is_counted_at_the_ragged_lengths_where_cycles_ragged_asks(
 
 
 def test_a_ragged_pair_and_the_ragged_counts_rerun_only_what_reads_them(settings):
-    """The sweep's digest holds what its ragged pair reads of the head-to-head (a headline version's
-    only), the cycles' digest the shapes and the launches: a rival more in the head-to-head reruns no
-    sweep, cycles.ragged no count but the headline's."""
+    """The sweep's digest holds the ragged pair's timing (a headline version's only), the cycles' digest
+    the shapes and the launches: a rival more in the head-to-head reruns no sweep, a longer pair timing
+    the headline's sweeps alone, cycles.ragged no count but the headline's."""
     from dataclasses import replace
 
     more_rivals = replace(settings, head_to_head={**settings.head_to_head, "level_within": 0.02,
                                                   "rivals": settings.head_to_head["rivals"][:1]})
     for name in ("v25", "v25.causal", "v24", "v11", "sdpa_cudnn"):
         assert settings.used_by("sweep", name) == more_rivals.used_by("sweep", name)
-    assert settings.used_by("sweep", "v25")["paired"] == {"rounds": 20, "warmup": 10, "min_timing_ms": 50,
+    assert settings.used_by("sweep", "v25")["paired"] == {"rounds": 10, "warmup": 10, "min_timing_ms": 1000,
                                                           "lead_in_ms": 100}
     assert "paired" not in settings.used_by("sweep", "sdpa_cudnn")
+    longer = replace(settings, sweep={**settings.sweep, "ragged_pair": {**settings.sweep["ragged_pair"], "rounds": 12}})
+    for name in ("v25", "v25.causal", "v24"):
+        assert settings.used_by("sweep", name) != longer.used_by("sweep", name)
+    for name in ("v11", "sdpa_cudnn", "sdpa_cudnn.causal"):
+        assert settings.used_by("sweep", name) == longer.used_by("sweep", name)
+    assert settings.used_by("head_to_head", "S4096") == longer.used_by("head_to_head", "S4096")
     unasked = replace(settings, cycles={"launches": settings.cycles["launches"]})
     for name in ("v11", "sdpa_cudnn", "sdpa_cudnn.causal"):
         assert settings.used_by("cycles", name) == unasked.used_by("cycles", name)
     assert settings.used_by("cycles", "v25") != unasked.used_by("cycles", "v25")
+
+
+def test_an_archive_from_before_the_pairs_own_timing_paired_as_the_head_to_head_times(settings):
+    """sweep.ragged_pair absent (an archive made before the key): the pair was timed with the
+    head-to-head's rounds, warm-up, timing length and lead-in, and is read back so."""
+    from dataclasses import replace
+
+    from flashbench.config import pair_timing
+
+    before = replace(settings, sweep={k: v for k, v in settings.sweep.items() if k != "ragged_pair"})
+    h2h = settings.head_to_head
+    assert before.ragged_pair_timing() == {k: h2h[k] for k in ("rounds", "warmup", "min_timing_ms", "lead_in_ms")}
+    assert pair_timing(settings.sweep, h2h) == settings.sweep["ragged_pair"] != before.ragged_pair_timing()

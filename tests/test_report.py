@@ -496,12 +496,15 @@ def test_a_ragged_length_is_judged_against_the_next_multiple_of_128_by_its_paire
     # each round 1% slower at 4096 than at 4000 for 4.9% more work, the clock drifting over the rounds
     rounds = [{"graph_s": t, "near_graph_s": t * 1.01 * (1 + 0.001 * (i % 3))} for i, t in
               enumerate(np.linspace(1e-3, 1.2e-3, 20))]
+    timing = {"rounds": 20, "warmup": 10, "min_timing_ms": 1000, "lead_in_ms": 100}
     meta = {"case": {"B": 1, "H": 64, "S": 1024, "D": 128}, "head_to_head": {"confidence": 0.95, "resamples": 2000},
+            "sweep": {"S": [4096], "ragged": [4000], "ragged_pair": timing},
             "kernels": [{"name": "v25", "ragged": [{"S": 4000, "near": 4096, "causal": False, "rounds": rounds,
                                                     "calls_per_timing": {"4000": 9, "4096": 9}}]}]}
     asked = replace(GOAL, ragged_within=0.03)
     point = hopper_report.ragged_point(sweep, meta, "v25", 4000, asked)
     assert point["near"] == 4096 and point["unpaired_ratio"] == pytest.approx(0.96)
+    assert point["timing"] == timing  # what the report says of how the pair was timed
     paired = point["paired"]
     assert paired["rounds"] == 20 and paired["ci_low"] <= paired["ratio"] <= paired["ci_high"]
     assert paired["ratio"] == pytest.approx(flops_ratio * 1.011, rel=2e-3)  # 0.964: 3.6% short

@@ -433,7 +433,7 @@ def test_a_sweeps_ragged_pair_is_of_a_configured_ragged_length_and_the_next_mult
                           ([{**pair, "S": 900}], r"pairs at S = \[900\], but the sweep timed S = \[1000\]"),
                           ([], r"pairs at S = \[\], but the sweep timed S = \[1000\]"),
                           ([pair, pair], r"pairs at S = \[1000, 1000\]"),
-                          ([{**pair, "rounds": pair["rounds"][:3]}], r"rounds': 3, but the head-to-head runs 4"),
+                          ([{**pair, "rounds": pair["rounds"][:3]}], r"rounds': 3, but the pair is timed in 4"),
                           ([{**pair, "calls_per_timing": {"1000": 9}}], "calls_per_timing"),
                           ([{**pair, "rounds": [{"graph_s": 0.0, "near_graph_s": 1e-4}] * 4}], "graph_s"),
                           ([{**pair, "causal": True}], "ragged\\[0\\].causal")):

@@ -286,7 +286,8 @@ def cmd_sweep(a) -> None:
 
     settings = a.settings
     counts = _asked_for(settings.sweep, "sweep", "key 'sweep'")
-    paired = settings.head_to_head if settings.pairs_ragged(_name(a)) else None
+    paired = settings.ragged_pair_timing() if settings.pairs_ragged(_name(a)) else None
+    interval = settings.head_to_head
 
     def run(kernel, seed, sampler):
         points = sweep(kernel, settings.sweep_shapes(), counts["steps"], settings.case.S, counts["repeats"],
@@ -296,7 +297,7 @@ def cmd_sweep(a) -> None:
         pairs = []
         for S in ragged_pairable(settings.sweep.get("ragged", []), timed) if paired else []:
             pairs.append(measure_ragged(kernel, replace(settings.case, S=S), paired, seed, _progress))
-            said = ragged_comparison(pairs[-1], settings.case, paired["confidence"], paired["resamples"])
+            said = ragged_comparison(pairs[-1], settings.case, interval["confidence"], interval["resamples"])
             print(f"{kernel.name}: at S={S}, {said['ratio']:.3f} [{said['ci_low']:.3f}, {said['ci_high']:.3f}] of "
                   f"its TFLOPS at S={pairs[-1]['near']}, paired")
         return {"points": points, **({"ragged": pairs} if paired else {})}

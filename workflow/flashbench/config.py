@@ -133,7 +133,14 @@ def sweep_lengths(sweep: dict | None) -> list[int]:
     return [*sweep["S"], *sweep.get("ragged", [])] if sweep else []
 
 
-PAIR_TIMING = ("rounds", "warmup", "min_timing_ms", "lead_in_ms")  # what of head_to_head a ragged pair reads
+PAIR_TIMING = ("rounds", "warmup", "min_timing_ms", "lead_in_ms")  # how a ragged pair is timed
+
+
+def pair_timing(sweep: dict | None, head_to_head: dict) -> dict:
+    """How a headline version's sweep times its ragged lengths against the next multiple of 128
+    (PAIR_TIMING): config's sweep.ragged_pair, or where it is absent (an archive from before the key)
+    as the head-to-head times."""
+    return dict((sweep or {}).get("ragged_pair") or {k: head_to_head[k] for k in PAIR_TIMING})
 
 
 def _as_list(shapes) -> list:
@@ -198,6 +205,8 @@ class Settings:
         if configuration and configuration != self.configurations[0]:  # the first's jobs read what they read before
             peer["configuration"] = configuration.as_dict()
         case = self.case.as_dict()
+        # the pair's timing is read by the runs that pair alone: a change to it reruns no other sweep
+        sweep = {k: v for k, v in self.sweep.items() if k != "ragged_pair"} if self.sweep else None
         if stage == "compile":
             return {"nvcc_flags": self.nvcc_flags, "source": self.kernel(of).source, "defines": self.defines(name)}
         if stage == "check":
@@ -207,14 +216,13 @@ class Settings:
         if stage == "bench":
             return {**peer, "case": case, "bench": self.bench}
         if stage == "sweep":  # a headline version's pairs its ragged lengths as the head-to-head times them
-            paired = ({"paired": {k: self.head_to_head[k] for k in PAIR_TIMING}}
-                      if name and self.pairs_ragged(name) else {})
-            return {**peer, "case": case, "sweep": self.sweep, **paired}
+            paired = {"paired": self.ragged_pair_timing()} if name and self.pairs_ragged(name) else {}
+            return {**peer, "case": case, "sweep": sweep, **paired}
         if stage == "profile":
             return {"case": case}
         if stage == "head_to_head":
             contestants = self.contestants(configuration or self.configurations[0])
-            return {**peer, "case": case, "sweep": self.sweep, "contestants": contestants,
+            return {**peer, "case": case, "sweep": sweep, "contestants": contestants,
                     "peers": [self.peer(self.run(n).of).as_dict() for n in contestants if self.run(n).of not in self.headline],
                     "head_to_head": self.head_to_head}
         if stage == "cycles":  # where (cycles.ragged among what decides it) and how many launches
@@ -373,6 +381,10 @@ class Settings:
         headline version's, where a head-to-head is configured (headtohead.measure_ragged)."""
         return bool(self.head_to_head and (self.sweep or {}).get("ragged")
                     and self.run(name).of in (self.headline or []))
+
+    def ragged_pair_timing(self) -> dict:
+        """How a paired ragged length is timed (pair_timing); its interval is the head-to-head's."""
+        return pair_timing(self.sweep, self.head_to_head)
 
     def cycle_shapes(self, name: str) -> list[Shape]:
         """Where the run `name` is counted: a contestant at every point of the head-to-head, a headline

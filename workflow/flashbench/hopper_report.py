@@ -16,7 +16,7 @@ import pandas as pd
 from .archive_tables import by_s, nan_as_none, sweep_rows
 from .archive_tables import contestants as archive_contestants
 from .chapter_report import correctness
-from .config import Goal, Shape, ragged_near
+from .config import Goal, Shape, pair_timing, ragged_near
 from .figures import sweep_figure, tflops_figure
 from .files import write_text
 from .gpu import commits
@@ -179,6 +179,7 @@ def ragged_point(sweep: pd.DataFrame, meta: dict, best: str, S: int, goal: Goal,
     within = goal.ragged_within
     return {"kernel": best, "S": S, "near": near, "tflops": at, "near_tflops": there,
             "unpaired_ratio": float(at / there) if at and there else None, "paired": paired,
+            "timing": pair_timing(meta.get("sweep"), h2h) if paired else None,
             "cycles_ratio": counted[S] / counted[near] if len(counted) == 2 else None,
             "within": within, "met": None if paired is None or within is None else bool(paired["ci_low"] >= 1 - within)}
 

@@ -45,7 +45,7 @@ class Expected:
     causal: list[str] = field(default_factory=list)  # the runs, and the configurations, under the causal mask
     kernel_inputs: list[str] = field(default_factory=list)  # the kinds the kernels (not the peers) run on besides
     ragged_pairs: list[str] = field(default_factory=list)  # the runs whose sweep pairs its ragged lengths
-    ragged_rounds: int | None = None  # in as many rounds (the head-to-head's)
+    ragged_rounds: int | None = None  # in as many rounds (config.pair_timing's)
 
     @classmethod
     def from_settings(cls, settings) -> Expected:
@@ -59,7 +59,7 @@ class Expected:
                            *(c.name for c in settings.configurations if c.causal)],
                    kernel_inputs=list(settings.check_kernel_inputs),
                    ragged_pairs=[run.name for run in settings.runs() if settings.pairs_ragged(run.name)],
-                   ragged_rounds=settings.head_to_head["rounds"] if settings.head_to_head else None)
+                   ragged_rounds=settings.ragged_pair_timing()["rounds"] if settings.head_to_head else None)
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -199,7 +199,7 @@ def _pair_problem(pair: dict, rounds: int | None) -> Problem:
     if pair["near"] != ragged_near(pair["S"]):
         return "near", f"{pair['near']}, but S={pair['S']} is paired with the next multiple of 128, {ragged_near(pair['S'])}"
     if rounds is not None and len(pair["rounds"]) != rounds:
-        return "rounds", f"{len(pair['rounds'])}, but the head-to-head runs {rounds}"
+        return "rounds", f"{len(pair['rounds'])}, but the pair is timed in {rounds}"
     if set(pair["calls_per_timing"]) != {str(pair["S"]), str(pair["near"])}:
         return "calls_per_timing", f"for S = {sorted(pair['calls_per_timing'])}, not {pair['S']} and {pair['near']}"
     return None
