@@ -446,3 +446,29 @@ def test_a_sweeps_ragged_pair_is_of_a_configured_ragged_length_and_the_next_mult
     write_json(tmp_path / "v11.json", {**sweep, "ragged": [],
                                        "points": [*points[:2], {**points[2], "timed": False, "reason": "no"}]})
     validation.read_record(tmp_path / "v11.json", "sweep", expected)  # 1000 untimed: nothing to pair
+
+
+def test_kernels_json_holds_a_ragged_pair_to_the_rounds_its_sweep_timed_it_in(tmp_path):
+    """A headline version's ragged pair in kernels.json has the rounds of sweep.ragged_pair, or of the
+    head-to-head in an archive from before that key; one of other rounds is refused."""
+    meta = read_json(ROOT / "results" / "nvidia-h200" / "kernels.json")
+    paired = next(k for k in meta["kernels"] if k.get("ragged"))
+    rounds = len(paired["ragged"][0]["rounds"])
+    path = tmp_path / "kernels.json"
+
+    def timed_in(pair_rounds: int | None, head_to_head_rounds: int) -> dict:
+        sweep = {k: v for k, v in meta["sweep"].items() if k != "ragged_pair"}
+        if pair_rounds:
+            sweep["ragged_pair"] = {"rounds": pair_rounds, "warmup": 10, "min_timing_ms": 1000, "lead_in_ms": 100}
+        h2h = {**meta["head_to_head"], "rounds": head_to_head_rounds}
+        return {**meta, "sweep": sweep, "head_to_head": h2h, "settings": {**meta["settings"], "sweep": sweep,
+                                                                          "head_to_head": h2h}}
+
+    write_json(path, timed_in(rounds, rounds + 5))
+    validation.read_record(path, "kernels")
+    write_json(path, timed_in(rounds + 1, rounds))
+    with pytest.raises(validation.BadRecord, match=rf"ragged\[0\]\.rounds': {rounds}, but the pair is timed in {rounds + 1}"):
+        validation.read_record(path, "kernels")
+    write_json(path, timed_in(None, rounds + 5))  # without the key, the head-to-head's rounds are the pair's
+    with pytest.raises(validation.BadRecord, match=rf"ragged\[0\]\.rounds': {rounds}, but the pair is timed in {rounds + 5}"):
+        validation.read_record(path, "kernels")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import FlashbenchError, attention
-from .config import Shape, ragged_near, ragged_pairable, sweep_lengths, sweep_steps
+from .config import Shape, pair_timing, ragged_near, ragged_pairable, sweep_lengths, sweep_steps
 from .files import read_json
 
 Problem = tuple[str, str] | None  # (key, what is wrong with it), or None
@@ -235,7 +235,8 @@ def _head_to_head_as_configured(r: dict, expected: Expected) -> Problem:
 
 
 def _kernels_consistent(meta: dict, expected) -> Problem:
-    rounds = (meta.get("head_to_head") or {}).get("rounds")
+    h2h = meta.get("head_to_head")
+    rounds = pair_timing(meta.get("sweep"), h2h)["rounds"] if h2h else None
     for i, k in enumerate(meta["kernels"]):
         if k["timing"] and (problem := timing_disagrees(k["timing"])):
             return _at(f"kernels[{i}].timing", problem)
