@@ -359,3 +359,19 @@ def test_a_ragged_length_is_paired_with_the_next_multiple_of_128_each_after_its_
     said = headtohead.ragged_comparison(pair, Shape(1, 64, 1024, 128), 0.95, 1000)
     assert said["ratio"] == pytest.approx(1.0) and said["ci_low"] == pytest.approx(1.0)
     assert said["tflops"] == pytest.approx(said["near_tflops"])
+
+
+def test_a_timing_longer_than_its_lead_in_replays_a_graph_as_long_as_the_lead_in():
+    """1 s timings after 100 ms lead-ins (a ragged pair's): the graph fills the lead-in, and a timing
+    replays it as often as fill the timing; a whole timing's graph as the lead-in would make each lead-in
+    as long as a timing and the pair twice as long."""
+    LoggedPeer.log.clear()
+    LoggedPeer.seconds.clear()
+    settings = {"rounds": 2, "min_timing_ms": 40, "lead_in_ms": 10, "warmup": 1}
+    pair = headtohead.measure_ragged(_LengthPeer("v25"), Shape(1, 64, 4000, 128), settings, 0, progress=lambda m: None)
+    call_s = 1e-4 * (4096 / 1024) ** 2  # 1.6 ms a call at 4096: 7 calls fill the 10 ms lead-in
+    assert pair["calls_per_timing"]["4096"] == 7 * 4  # 4 replays of 11.2 ms fill the 40 ms timing
+    log = " | ".join(LoggedPeer.log)
+    # after the other length's timing, one replay of lead-in, then 4 timed
+    assert "event | replay 4096 | event | " + "replay 4096 | " * 4 + "event" in log
+    assert 4 * 7 * call_s >= 0.040 > 3 * 7 * call_s and 7 * call_s >= 0.010

@@ -170,7 +170,12 @@ def energy_per_call(contestant: dict) -> float | None:
 # ---- measurement (GPU) ----------------------------------------------------------------------------
 
 class _Contestant:
-    """One implementation at one point: its inputs, its calls per timing and their graph."""
+    """One implementation at one point: its inputs, its CUDA graph, and its calls per timing.
+
+    The graph holds as many calls as fill the shorter of a timing and a lead-in; a timing replays it as
+    often as fill min_timing_s, a lead-in as often as fill lead_in_s. With the head-to-head's 50 ms
+    timings after 100 ms lead-ins, a timing is one replay; with 1 s timings (a ragged pair's) a lead-in
+    stays near its 100 ms instead of a whole 1 s replay."""
 
     def __init__(self, impl, shape: Shape, seed: int, warmup: int, min_timing_s: float, lead_in_s: float):
         self.impl, self.name, self.cp = impl, impl.name, impl.cp
@@ -178,24 +183,30 @@ class _Contestant:
         self.args = impl.inputs(shape, impl.cp.random.default_rng(seed))  # the same values for every contestant
         for _ in range(warmup):
             impl(*self.args)
+        graph_s = min(min_timing_s, lead_in_s) if lead_in_s > 0 else min_timing_s
         per_call_s = elapsed_ms(self.cp, lambda: self._back_to_back(MIN_CALLS)) / 1e3 / MIN_CALLS
-        self.calls = max(MIN_CALLS, math.ceil(min_timing_s / per_call_s))
-        self.replay = impl.capture(*self.args, self.calls)
+        self.graph_calls = max(MIN_CALLS, math.ceil(graph_s / per_call_s))
+        self.replay = impl.capture(*self.args, self.graph_calls)
         self.replay()
         replay_s = elapsed_ms(self.cp, self.replay) / 1e3
-        if replay_s < min_timing_s:  # its graph runs faster than its calls back to back (dispatch-bound)
-            self.calls = math.ceil(self.calls * min_timing_s / replay_s * 1.05)
-            self.replay = impl.capture(*self.args, self.calls)
+        if replay_s < graph_s:  # its graph runs faster than its calls back to back (dispatch-bound)
+            self.graph_calls = math.ceil(self.graph_calls * graph_s / replay_s * 1.05)
+            self.replay = impl.capture(*self.args, self.graph_calls)
             self.replay()
             replay_s = elapsed_ms(self.cp, self.replay) / 1e3
+        self.timing_replays = math.ceil(min_timing_s / replay_s)
+        self.calls = self.graph_calls * self.timing_replays  # a timing's, by graph and back to back
         self.lead_in_replays = math.ceil(lead_in_s / replay_s)
 
     def _lead_in(self) -> None:
         """The graph replayed untimed until the GPU is on this contestant's load; what is timed next
         starts a few microseconds after it ends (the wait lets the clock windows start there)."""
-        for _ in range(self.lead_in_replays):
-            self.replay()
+        self._replays(self.lead_in_replays)
         self.cp.cuda.runtime.deviceSynchronize()
+
+    def _replays(self, replays: int) -> None:
+        for _ in range(replays):
+            self.replay()
 
     def _back_to_back(self, calls: int) -> None:
         for _ in range(calls):
@@ -205,7 +216,7 @@ class _Contestant:
         """The lead-in, then the graph timed: seconds per call."""
         self.impl.activate()
         self._lead_in()
-        return elapsed_ms(self.cp, self.replay) / 1e3 / self.calls
+        return elapsed_ms(self.cp, lambda: self._replays(self.timing_replays)) / 1e3 / self.calls
 
     def time_round(self) -> dict:
         """One turn: the lead-in, the graph, then back to back; wall-clock windows kept for the clock
@@ -222,15 +233,14 @@ class _Contestant:
 
     def energy_window(self, energy, window_s: float, graph_s: float) -> dict:
         """The graph replayed for at least `window_s`, NVML's energy counter read on either side."""
-        replays = max(1, math.ceil(window_s / (graph_s * self.calls)))
+        replays = max(1, math.ceil(window_s / (graph_s * self.graph_calls)))
         self.impl.activate()
         self._lead_in()
         start_j, t0 = energy.joules(), time.perf_counter()
-        for _ in range(replays):
-            self.replay()
+        self._replays(replays)
         self.cp.cuda.runtime.deviceSynchronize()
         seconds, joules = time.perf_counter() - t0, energy.joules() - start_j
-        return {"calls": replays * self.calls, "seconds": seconds, "joules": joules or None,
+        return {"calls": replays * self.graph_calls, "seconds": seconds, "joules": joules or None,
                 "watts": joules / seconds if joules else None}
 
 
