@@ -215,7 +215,7 @@ class Settings:
                     **({"ragged": [s.as_dict() for s in self.check_ragged]} if self.check_ragged else {})}
         if stage == "bench":
             return {**peer, "case": case, "bench": self.bench}
-        if stage == "sweep":  # a headline version's pairs its ragged lengths as the head-to-head times them
+        if stage == "sweep":  # a headline version's pairs its ragged lengths as sweep.ragged_pair times them
             paired = {"paired": self.ragged_pair_timing()} if name and self.pairs_ragged(name) else {}
             return {**peer, "case": case, "sweep": sweep, **paired}
         if stage == "profile":
