@@ -285,9 +285,9 @@ def test_an_archive_from_before_the_pairs_own_timing_paired_as_the_head_to_head_
     head-to-head's rounds, warm-up, timing length and lead-in, and is read back so."""
     from dataclasses import replace
 
-    from flashbench.config import pair_timing
+    from flashbench.config import PAIR_TIMING, pair_timing
 
     before = replace(settings, sweep={k: v for k, v in settings.sweep.items() if k != "ragged_pair"})
     h2h = settings.head_to_head
-    assert before.ragged_pair_timing() == {k: h2h[k] for k in ("rounds", "warmup", "min_timing_ms", "lead_in_ms")}
+    assert before.ragged_pair_timing() == {k: h2h[k] for k in PAIR_TIMING}
     assert pair_timing(settings.sweep, h2h) == settings.sweep["ragged_pair"] != before.ragged_pair_timing()

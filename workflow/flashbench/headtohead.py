@@ -338,10 +338,8 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
 # A kernel's TFLOPS at S=4000 over its TFLOPS at 4096 is a ratio of a few percent, so it is measured as
 # the head-to-head measures: one process, the two lengths' graphs timed in turns, each after its own
 # lead-in, the one that goes first alternating, and each round's ratio kept (the sweep's two figures,
-# taken minutes apart, ran 1500 MHz against 1980 in one archive). Its timings are longer than the
-# head-to-head's (config's sweep.ragged_pair): on the H200 a round of 50 ms timings after 100 ms
-# lead-ins spread 0.9-3.2% (standard deviation over 20 rounds), one of 1 s timings 0.07-0.2%, with the
-# same median within the former's interval.
+# taken minutes apart, ran 1500 MHz against 1980 in one archive). Its timings are its own, longer than
+# the head-to-head's (config's sweep.ragged_pair says why).
 
 def measure_ragged(impl, ragged: Shape, settings: dict, seed: int, progress=print) -> dict:
     """`impl` at `ragged` and at the next multiple of 128 by CUDA graph, in settings["rounds"] rounds
