@@ -77,3 +77,30 @@ def test_overlapping_finds_exclusive_holds_that_overlapped():
     c = {"what": "c", "exclusive": False, "acquired": 3.5, "released": 4.0}
     d = {"what": "d", "exclusive": False, "acquired": 3.6, "released": 4.5}
     assert gpulock.overlapping([a, b, c, d]) == [(a, b)]
+
+
+def test_the_gpu_time_goes_to_the_stage_that_held_it_and_the_gaps_are_idle():
+    def hold(what, acquired, released, exclusive=True):
+        return {"pid": 1, "what": what, "exclusive": exclusive, "acquired": acquired, "released": released}
+
+    journal = [hold("compile v24", 100, 104, False), hold("compile v25", 101, 106, False),  # shared, overlapping
+               hold("check v24", 107, 110), hold("check v25", 110, 112), hold("sweep v25", 115, 125),
+               hold("head-to-head B=1 H=64 S=1024 D=128", 125.5, 155), hold("bench v11", 50, 60)]
+    used = gpulock.time_by_stage(journal, since=100)
+    assert used["stages"] == {"compile": {"holds": 2, "seconds": 6.0}, "check": {"holds": 2, "seconds": 5.0},
+                              "sweep": {"holds": 1, "seconds": 10.0}, "head-to-head": {"holds": 1, "seconds": 29.5}}
+    assert used["idle_s"] == pytest.approx(1 + 3 + 0.5) and used["span_s"] == 55
+    assert gpulock.time_by_stage(journal, since=200) == {"stages": {}, "idle_s": 0.0, "span_s": 0.0}
+
+
+def test_gpu_time_reads_a_journal_and_refuses_a_bad_line_or_time_in_one_line(tmp_path):
+    journal = tmp_path / "flashbench-gpu-0000-19-00.0.journal"
+    journal.write_text('{"pid": 1, "what": "sweep v25", "exclusive": true, "acquired": 1e9, "released": 1000000010}\n')
+    run = [sys.executable, "-m", "flashbench", "gpu-time"]
+    out = subprocess.run([*run, str(journal)], capture_output=True, text=True)
+    assert out.returncode == 0 and "sweep" in out.stdout and "10.0 s held, 1 holds" in out.stdout
+    out = subprocess.run([*run, str(journal), "--since", "yesterday"], capture_output=True, text=True)
+    assert out.returncode != 0 and "not an ISO 8601 time" in out.stderr and "Traceback" not in out.stderr
+    journal.write_text("not json\n")
+    out = subprocess.run([*run, str(journal)], capture_output=True, text=True)
+    assert out.returncode != 0 and "line 1 is not a journal entry" in out.stderr and "Traceback" not in out.stderr

@@ -322,6 +322,48 @@ def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_co
     assert log.endswith(f"{turns[0]} | {windows[0]} | {windows[1]}")
 
 
+class _DispatchBoundPeer(LoggedPeer):
+    """A logged peer whose calls back to back take 8 times as long as in its graph (0.8 ms against 0.1):
+    Python's dispatch, not its kernel, paces them."""
+
+    def __call__(self, *args):
+        LoggedPeer.log.append(f"call {self.name}")
+        LoggedPeer.seconds.append(8e-4)
+
+
+def test_calls_back_to_back_fill_the_graph_timings_time_where_dispatch_slows_them():
+    """A contestant whose dispatch makes each call 8 times slower makes an eighth of the graph's calls
+    back to back (its turn as long as the others', not 8 times), and the record says how many; one
+    whose calls run as fast as in its graph makes the graph's calls."""
+    LoggedPeer.log.clear()
+    LoggedPeer.seconds.clear()
+    peers = [LoggedPeer("v25"), _DispatchBoundPeer("flash_attn_cute")]
+    settings = {"rounds": 2, "min_timing_ms": 20, "lead_in_ms": 20, "warmup": 1, "energy_rounds": 1,
+                "energy_window_s": 0.01}
+    record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
+    mine, theirs = record["contestants"]["v25"], record["contestants"]["flash_attn_cute"]
+    assert mine["step_calls_per_timing"] == mine["calls_per_timing"] == 200  # 20 ms of 0.1 ms calls
+    assert theirs["calls_per_timing"] >= 200  # its graph sized by the replay (5% more: a dispatch-bound one)
+    assert theirs["step_calls_per_timing"] == -(-theirs["calls_per_timing"] // 8)
+    for c, per_call in ((mine, 1e-4), (theirs, 8e-4)):
+        assert all(r["step_s"] == pytest.approx(per_call) and r["graph_s"] == pytest.approx(1e-4) for r in c["rounds"])
+    log = " | ".join(LoggedPeer.log)
+    turn = "event | event | " + "call flash_attn_cute | " * theirs["step_calls_per_timing"] + "event"
+    assert turn in log and turn + " | call" not in log
+
+
+@pytest.mark.parametrize("asked, contestants, rounds", [(10, 5, 10), (10, 4, 12), (20, 5, 20), (20, 4, 20),
+                                                         (3, 3, 6), (2, 1, 2)])
+def test_a_point_runs_whole_balanced_designs_as_few_as_give_the_rounds_asked(asked, contestants, rounds):
+    assert headtohead.design_rounds(asked, contestants) == rounds
+    peers = [SwitchedPeer(f"c{i}") for i in range(contestants)]
+    settings = {"rounds": asked, "min_timing_ms": 1, "lead_in_ms": 0, "warmup": 1, "energy_rounds": 1,
+                "energy_window_s": 0.001}
+    record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _Sampler(), None, progress=lambda m: None)
+    assert len(record["round_orders"]) == rounds
+    assert all(len(c["rounds"]) == rounds for c in record["contestants"].values())
+
+
 class _LengthPeer(LoggedPeer):
     """A logged peer whose call takes S^2 / 1024^2 * 0.1 ms: one speed per FLOP at every length; its
     inputs carry their S, so the log says which length each replay ran at."""

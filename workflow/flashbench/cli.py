@@ -537,6 +537,32 @@ def cmd_pages(a) -> None:
         print(f"wrote {out} ({why})")
 
 
+def cmd_gpu_time(a) -> None:
+    from datetime import datetime, timezone
+
+    from . import gpulock
+
+    since = a.since.timestamp() if a.since else 0.0
+    journals = sorted(gpulock.lock_dir().glob("flashbench-gpu-*.journal")) if a.journal is None else [a.journal]
+    if not journals:
+        raise FlashbenchError(f"no GPU lock journal in {gpulock.lock_dir()} (FLASHBENCH_LOCK_DIR moves it)")
+    for journal in journals:
+        try:
+            entries = [json.loads(line) for line in Path(journal).read_text().splitlines() if line.strip()]
+        except json.JSONDecodeError as e:
+            raise FlashbenchError(f"{journal}: line {e.lineno} is not a journal entry (JSON): {e.msg}") from None
+        used = gpulock.time_by_stage(entries, since)
+        if not used["stages"]:
+            print(f"{journal}: no hold since {a.since.isoformat()}")
+            continue
+        start = min(e["acquired"] for e in entries if e["acquired"] >= since)
+        print(f"{journal}: {used['span_s']:.0f} s from the first hold at "
+              f"{datetime.fromtimestamp(start, timezone.utc):%Y-%m-%d %H:%M:%S} UTC to the last release")
+        for stage, held in sorted(used["stages"].items(), key=lambda kv: -kv[1]["seconds"]):
+            print(f"  {stage:14} {held['seconds']:7.1f} s held, {held['holds']} holds")
+        print(f"  {'(no holder)':14} {used['idle_s']:7.1f} s: between holds, the GPU waited on the jobs' Python")
+
+
 def cmd_wheelhouse(a) -> None:
     import shlex
 
@@ -565,6 +591,17 @@ def _unwritable(folder: Path) -> str | None:
 def _suffixes(text: str, suffixes: tuple[str, ...]) -> None:
     if suffixes and Path(text).suffix not in suffixes:
         raise argparse.ArgumentTypeError(f"{text}: not a {' or '.join(suffixes)} file")
+
+
+def iso_time(text: str):
+    """A moment as ISO 8601 (a time without a zone is UTC)."""
+    from datetime import datetime, timezone
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not an ISO 8601 time such as 2026-12-04T15:47:00+00:00") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def input_file(*suffixes: str):
@@ -790,6 +827,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--out-dir", type=output_folder, required=True,
                    help="where <name>.html goes for each <name>.md or <name>.csv")
     r.set_defaults(run=cmd_pages)
+
+    r = sub.add_parser("gpu-time", help="where a run's GPU time went: each stage's holds of the GPU lock, and the idle time")
+    r.add_argument("journal", nargs="?", type=input_file(".journal"),
+                   help="a lock journal (default: every GPU's beside the lock, FLASHBENCH_LOCK_DIR or the temp folder)")
+    r.add_argument("--since", type=iso_time, help="only holds from this time on (ISO 8601, e.g. 2026-12-04T15:47:00+00:00): one run's")
+    r.set_defaults(run=cmd_gpu_time)
 
     w = sub.add_parser("wheelhouse", help="download every wheel the pipeline needs, for a host without internet")
     w.add_argument("folder", type=output_folder, help="where the wheels go (created if need be)")

@@ -142,3 +142,22 @@ def overlapping(entries: list[dict]) -> list[tuple[dict, dict]]:
             if a["exclusive"] or b["exclusive"]:
                 pairs.append((a, b))
     return pairs
+
+
+def time_by_stage(entries: list[dict], since: float = 0.0) -> dict:
+    """Where a GPU's time went from `since` (epoch seconds) to the last release in the journal: per
+    stage (the first word of each hold's `what`: compile, check, bench, sweep, profile, head-to-head,
+    cycles) its holds and seconds held, and the seconds no job held the lock. Shared holds (builds)
+    overlap one another: a stretch of time is counted once, for the stage that took it first."""
+    holds = sorted((e for e in entries if e["acquired"] >= since), key=lambda e: e["acquired"])
+    stages, covered_until, idle = {}, None, 0.0
+    for e in holds:
+        stage = stages.setdefault(e["what"].split()[0], {"holds": 0, "seconds": 0.0})
+        stage["holds"] += 1
+        start = e["acquired"] if covered_until is None else max(e["acquired"], covered_until)
+        if covered_until is not None and e["acquired"] > covered_until:
+            idle += e["acquired"] - covered_until
+        stage["seconds"] += max(0.0, e["released"] - start)
+        covered_until = max(covered_until or e["released"], e["released"])
+    span = covered_until - holds[0]["acquired"] if holds else 0.0
+    return {"stages": stages, "idle_s": idle, "span_s": span}

@@ -7,9 +7,10 @@ process, in rounds:
 
     prepare  each contestant: the same input values, `warmup` untimed calls (a JIT compile happens
              here), as many calls per timing as fill min_timing_ms, their CUDA graph captured once
-    rounds   each contestant in turn, in a balanced order (balanced_orders): a lead-in (its graph replayed,
-             untimed, for at least lead_in_ms), then its graph replayed between two events, then its
-             calls back to back between two events (the write-up's method)
+    rounds   whole balanced designs (balanced_orders), as few as give at least `rounds` rounds: in
+             each, every contestant in turn: a lead-in (its graph replayed, untimed, for at least
+             lead_in_ms), then its graph replayed between two events, then its calls back to back
+             between two events (the write-up's method)
     energy   `energy_rounds` rounds, in the same orders: a lead-in, then the graph replayed for at
              least energy_window_s between two readings of NVML's energy counter
 
@@ -19,7 +20,14 @@ clock rises, and whatever is timed next starts on that clock. Timed right after 
 back-to-back calls, FlashAttention's graph at S=1024 ran 11% faster than over a sustained second
 (the others 0-3%), and came out level with a kernel that takes 9% fewer cycles. So each timing
 starts on the contestant's own sustained load, and the back-to-back calls, the one timing that
-can idle the GPU, come last in a turn.
+can idle the GPU, come last in a turn. Back to back, a contestant whose calls time Python's dispatch
+makes as many calls as fill the same time, not as many as its graph holds (at S=512 that would be a
+turn eight times as long for nothing: such a timing is not a fair figure anyway).
+
+The timings are few and long rather than many and short: under the power cap the clock swings
+within tens of milliseconds, and a 50 ms timing's paired ratio spread 0.9-3.2% a round where a 1 s
+one spread 0.07-0.2%. The spread falls about as fast as the timing grows, so fewer, longer timings
+give a narrower interval in the same time.
 
 Each round gives, per headline version, rival and method, one paired ratio: the rival's time over the
 version's (above 1: the version is faster), from timings a fraction of a second apart, so a clock that
@@ -158,7 +166,7 @@ def _mostly_dispatch_bound(contestant: dict) -> bool:
 
 def sustained_s_per_call(contestant: dict) -> float | None:
     """Seconds per call over the energy windows (graph replays for a second or more, after a lead-in):
-    what the 50 ms timings should agree with, once each starts on its own load's clock."""
+    what the short timings should agree with, once each starts on its own load's clock."""
     return _median(w["seconds"] / w["calls"] for w in contestant.get("energy", []))
 
 
@@ -173,9 +181,10 @@ class _Contestant:
     """One implementation at one point: its inputs, its CUDA graph, and its calls per timing.
 
     The graph holds as many calls as fill the shorter of a timing and a lead-in; a timing replays it as
-    often as fill min_timing_s, a lead-in as often as fill lead_in_s. With the head-to-head's 50 ms
-    timings after 100 ms lead-ins, a timing is one replay; with 1 s timings (a ragged pair's) a lead-in
-    stays near its 100 ms instead of a whole 1 s replay."""
+    often as fill min_timing_s, a lead-in as often as fill lead_in_s. With the head-to-head's timings
+    as long as its lead-ins, a timing is one replay; with 1 s timings (a ragged pair's) a lead-in stays
+    near its 100 ms instead of a whole 1 s replay. Back to back it makes the graph timing's calls, or
+    as many as fill the same time where its dispatch makes each call slower (`step_calls`)."""
 
     def __init__(self, impl, shape: Shape, seed: int, warmup: int, min_timing_s: float, lead_in_s: float):
         self.impl, self.name, self.cp = impl, impl.name, impl.cp
@@ -195,8 +204,10 @@ class _Contestant:
             self.replay()
             replay_s = elapsed_ms(self.cp, self.replay) / 1e3
         self.timing_replays = math.ceil(min_timing_s / replay_s)
-        self.calls = self.graph_calls * self.timing_replays  # a timing's, by graph and back to back
+        self.calls = self.graph_calls * self.timing_replays  # a graph timing's
         self.lead_in_replays = math.ceil(lead_in_s / replay_s)
+        step_s = elapsed_ms(self.cp, lambda: self._back_to_back(self.graph_calls)) / 1e3
+        self.step_calls = max(MIN_CALLS, min(self.calls, math.ceil(self.calls * replay_s / step_s)))
 
     def _lead_in(self) -> None:
         """The graph replayed untimed until the GPU is on this contestant's load; what is timed next
@@ -224,9 +235,9 @@ class _Contestant:
         t0 = time.time()
         graph_s = self.time_graph()
         t1 = time.time()
-        step_ms, issue_s = elapsed_and_issued(self.cp, lambda: self._back_to_back(self.calls))
+        step_ms, issue_s = elapsed_and_issued(self.cp, lambda: self._back_to_back(self.step_calls))
         t2 = time.time()
-        step_s, issue_s = step_ms / 1e3 / self.calls, issue_s / self.calls
+        step_s, issue_s = step_ms / 1e3 / self.step_calls, issue_s / self.step_calls
         return {"step_s": step_s, "graph_s": graph_s, "issue_s": issue_s,
                 "dispatch_bound": dispatch_bound(issue_s, step_s, graph_s),
                 "windows": {"graph": (t0, t1), "step": (t1, t2)}}
@@ -264,6 +275,13 @@ def balanced_orders(names: list[str]) -> list[list[str]]:
     return [[names[i] for i in order] for order in orders]
 
 
+def design_rounds(rounds: int, contestants: int) -> int:
+    """The rounds a point runs: as few whole balanced designs of its contestants as give at least
+    `rounds` (ten for five contestants, twelve for four, where at least ten are asked)."""
+    design = len(balanced_orders(list(range(contestants))))
+    return -(-rounds // design) * design
+
+
 def round_order(names: list[str], round_index: int) -> list[str]:
     orders = balanced_orders(names)
     return orders[round_index % len(orders)]
@@ -295,11 +313,8 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
         raise FlashbenchError(f"no contestant runs at {shape}: "
                               + "; ".join(f"{name}: {reason}" for name, reason in excluded.items()))
     rounds = {name: [] for name in names}
-    orders = [round_order(names, r) for r in range(settings["rounds"])]
-    if settings["rounds"] % (design := len(balanced_orders(names))):
-        progress(f"head-to-head {shape}: {settings['rounds']} rounds are not whole designs of {len(names)} contestants "
-                 f"({design} orders each): not every place and predecessor as often")
-    progress(f"head-to-head {shape}: {settings['rounds']} rounds of {len(names)} contestants")
+    orders = [round_order(names, r) for r in range(design_rounds(settings["rounds"], len(names)))]
+    progress(f"head-to-head {shape}: {len(orders)} rounds of {len(names)} contestants")
     for order in orders:
         for name in order:
             rounds[name].append(contestants[name].time_round())
@@ -327,6 +342,7 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
         "order": names,
         "round_orders": orders,
         "contestants": {name: {"identity": contestants[name].impl.identity, "calls_per_timing": contestants[name].calls,
+                               "step_calls_per_timing": contestants[name].step_calls,
                                "lead_in_replays": contestants[name].lead_in_replays,
                                "rounds": rounds[name], "energy": energies[name]} for name in names},
         "energy_reason": None if energy is not None else "NVML has no energy counter for this GPU",

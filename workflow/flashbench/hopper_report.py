@@ -101,7 +101,8 @@ def goal_verdicts(table: pd.DataFrame | None, meta: dict, goal: Goal, cycles: pd
     return {"best": best, "goal_rivals": goal_rivals, "points": points, "by_rival": by_rival,
             "behind": behind, "complete": complete, "reached": complete and not behind,
             "stretch": complete and min(p["graph"]["ci_low"] for p in in_goal) >= goal.stretch,
-            **{key: settings.get(key) for key in ("level_within", "rounds", "confidence")},
+            **{key: settings.get(key) for key in ("level_within", "confidence")},
+            "rounds": sorted({int(r) for r in mine["rounds"]}),  # whole designs: per point, by its contestants
             "predecessors": [{"where": _where(r.is_case, r.S), "rival": r.rival, "method": r.method, **_comparison(r)}
                              for r in mine[mine.rival.isin(headline[1:])].itertuples()]}
 
