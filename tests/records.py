@@ -5,6 +5,7 @@ import hashlib
 from flashbench import attention
 from flashbench.config import Kernel, Peer, Settings, Shape, sweep_steps
 from flashbench.files import read_json, write_json, write_text
+from flashbench.headtohead import design_rounds
 from flashbench.occupancy import blocks_per_sm
 from flashbench.summary import tidy_tables
 from flashbench.validation import Expected
@@ -44,7 +45,7 @@ SWEEP = {"S": list(SWEEP_S), "steps": 20, "repeats": 20, "warmup": 3, "graph_rep
 HEADLINE = ["v15", "v14"]
 RIVALS = ["sdpa_auto"]
 SETTINGS = {"baseline": "sdpa_auto", "sweep": SWEEP, "profile_note": None, "headline": HEADLINE,
-            "head_to_head": {"rivals": RIVALS, "rounds": 9, "min_timing_ms": 50, "lead_in_ms": 100, "warmup": 10, "energy_rounds": 2,
+            "head_to_head": {"rivals": RIVALS, "rounds": 12, "min_timing_ms": 50, "lead_in_ms": 100, "warmup": 10, "energy_rounds": 2,
                              "energy_window_s": 1.0, "confidence": 0.95, "resamples": 4000, "level_within": 0.01},
             "cycles": {"launches": 3}, "cycles_note": None}
 CLOCK_HZ = 1.8e9  # the clock the synthetic cycle counts assume
@@ -239,7 +240,8 @@ def head_to_head_record(shape: dict, tflops: dict, seed: int) -> dict:
         graph = seconds(shape, t)
         rounds = [{"step_s": graph * 1.02 * (1 + 0.005 * a), "graph_s": graph * (1 + 0.005 * b),
                    "issue_s": graph / 10, "dispatch_bound": False,
-                   "clocks": {"step": clocks(), "graph": clocks()}} for a, b in rng.standard_normal((9, 2))]
+                   "clocks": {"step": clocks(), "graph": clocks()}}
+                  for a, b in rng.standard_normal((design_rounds(SETTINGS["head_to_head"]["rounds"], len(tflops)), 2))]
         calls = int(1.0 / graph) + 1  # a window of a second or more, 1% slower than the 50 ms timings
         contestants[name] = {"identity": {}, "calls_per_timing": 100, "rounds": rounds,
                              "energy": [{"calls": calls, "seconds": calls * graph * 1.01,

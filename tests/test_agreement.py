@@ -95,8 +95,8 @@ def test_opposite_verdicts_disagree(tmp_path):
         h2h.loc[flipped, "verdict"] = "behind"
 
     assert problems(tmp_path, second_changes=[behind]) == [
-        "v15 vs sdpa_auto at S=512 by step: ahead 1.071 [1.067, 1.076] in the first run, "
-        "behind 1.061 [1.056, 1.065] in the second (opposite verdicts)"]
+        "v15 vs sdpa_auto at S=512 by step: ahead 1.072 [1.070, 1.075] in the first run, "
+        "behind 1.061 [1.059, 1.064] in the second (opposite verdicts)"]
 
 
 def test_a_verdict_may_move_between_level_and_ahead_only_where_an_interval_ends_at_the_bands_edge(tmp_path):
@@ -136,7 +136,7 @@ def test_on_one_gpu_a_cycle_count_moves_1_percent_at_most_a_ratio_1_5_across_two
     assert problems(tmp_path, second_changes=[cycles_moved(1.03)], uuid=OTHER_UUID) == [
         "cycles of sdpa_auto at S=1024: 110442 -> 113755, moved 3.0% (more than 2.5%)"]
     assert problems(tmp_path, second_changes=[ratio_moved(1.02)]) == [
-        "v15 vs sdpa_auto at S=1024 by graph: ratio 1.077 -> 1.098, moved 2.0% (more than 1.5%)"]
+        "v15 vs sdpa_auto at S=1024 by graph: ratio 1.072 -> 1.094, moved 2.0% (more than 1.5%)"]
     assert problems(tmp_path, second_changes=[ratio_moved(1.02)], uuid=OTHER_UUID) == []
 
 

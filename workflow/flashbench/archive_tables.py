@@ -329,12 +329,15 @@ def head_to_head_problem(table, meta: dict, summary) -> str | None:
     verdict the one the interval and the band (level_within) give, its rounds the configured ones,
     the graph fair to both sides (only back-to-back calls can time the CPU's dispatch). And one row,
     no more, for each version, rival and method at every point where both were run."""
-    from .headtohead import METHODS, verdict
+    from .headtohead import METHODS, design_rounds, verdict
 
     settings, headline, case = meta["head_to_head"], meta.get("headline") or [], meta["case"]
     rivals_of = {v: [*headline[i + 1:], *settings["rivals"]] for i, v in enumerate(headline)}
     points, band = head_to_head_points(meta), settings["level_within"]
-    seen = {}
+    seen, timed_at = {}, {}  # each point's contestants, as its rows name them: its rounds are their designs'
+    for row in table.to_dict("records"):
+        named = {row.get("version"), row.get("rival")} & {*headline, *settings["rivals"]}
+        timed_at.setdefault(tuple(row.get(d) for d in "BHSD"), set()).update(named)
     for line, row in _rows(table):
         where = f"line {line}"
         try:
@@ -362,8 +365,10 @@ def head_to_head_problem(table, meta: dict, summary) -> str | None:
             if said != given:
                 raise _Refused(f"verdict {said!r}, but its interval [{row['ci_low']}, {row['ci_high']}] and the band "
                                f"(level_within {band}) give {given!r}")
-            if _within(row, "rounds", 1, whole=True) != settings["rounds"]:
-                raise _Refused(f"rounds {row['rounds']}, but the head-to-head ran {settings['rounds']}")
+            contestants = len(timed_at[tuple(shape[d] for d in "BHSD")])
+            if _within(row, "rounds", 1, whole=True) != (ran := design_rounds(settings["rounds"], contestants)):
+                raise _Refused(f"rounds {row['rounds']}, but the head-to-head ran {ran} (at least {settings['rounds']}, "
+                               f"in whole balanced designs of its {contestants} contestants)")
             if not _flag(row, "fair") and method == "graph":
                 raise _Refused("fair False by graph: only back-to-back calls can time the CPU's dispatch")
             for side in ("version", "rival"):
