@@ -24,10 +24,9 @@ can idle the GPU, come last in a turn. Back to back, a contestant whose calls ti
 makes as many calls as fill the same time, not as many as its graph holds (at S=512 that would be a
 turn eight times as long for nothing: such a timing is not a fair figure anyway).
 
-The timings are few and long rather than many and short: under the power cap the clock swings
-within tens of milliseconds, and a 50 ms timing's paired ratio spread 0.9-3.2% a round where a 1 s
-one spread 0.07-0.2%. The spread falls about as fast as the timing grows, so fewer, longer timings
-give a narrower interval in the same time.
+How many rounds, how long each timing: config's head_to_head says, and why (10 rounds of 100 ms
+gave intervals as wide as 20 of 50 ms, in less time). Whole designs always: a point runs as few of
+them as give the rounds asked (design_rounds).
 
 Each round gives, per headline version, rival and method, one paired ratio: the rival's time over the
 version's (above 1: the version is faster), from timings a fraction of a second apart, so a clock that
