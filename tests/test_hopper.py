@@ -57,6 +57,15 @@ def test_by_head_args_give_s_a_bound_of_its_own():
         tensormap.by_head_args(0x1000, (1, 2, 3, 36), box=(32, 64), swizzle=128)  # rows of 72 bytes
 
 
+def test_by_head_args_read_flash_attentions_layout_by_its_strides():
+    # [B=2, S=1000, H=3, D=128] read as [B, H, S, D]: a row of S is H*D apart, a head D, a batch S*H*D
+    a = tensormap.by_head_args(0x7f0000000000, (2, 3, 1000, 128), box=(64, 128), swizzle=128,
+                               strides=(1000 * 3 * 128, 128, 3 * 128))
+    assert a["dims"] == (128, 1000, 3, 2) and a["strides"] == (3 * 256, 256, 1000 * 3 * 256)
+    with pytest.raises(FlashbenchError, match="multiple of 16 bytes"):  # a head 4 elements from the next
+        tensormap.by_head_args(0x1000, (1, 2, 3, 128), box=(64, 64), swizzle=128, strides=(1000, 4, 256))
+
+
 def test_a_tensor_map_is_128_bytes_at_a_64_byte_boundary():
     assert ctypes.sizeof(tensormap.TensorMap) == 128
     maps = [tensormap._aligned_tensor_map() for _ in range(8)]
@@ -145,13 +154,13 @@ def test_a_kernel_by_head_takes_any_s_on_as_many_row_tiles_as_cover_it():
 
 def test_a_parameter_block_by_head_encodes_4d_maps_and_ends_with_the_heads_per_batch(monkeypatch):
     calls = []
-    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle: (
-        calls.append((address, shape, box)), tensormap._aligned_tensor_map())[1])
+    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle, strides: (
+        calls.append((address, shape, box, strides)), tensormap._aligned_tensor_map())[1])
     q, k, v, o = 0x10000, 0x20000, 0x30000, 0x40000
     params = launch._tensor_map_params(BY_HEAD, q, k, v, o, seq_len=1000, heads=6, scale_log2=1.0, row_tiles=8,
-                                       heads_per_batch=3)
-    assert calls == [(q, (2, 3, 1000, 128), (64, 64)), (k, (2, 3, 1000, 128), (64, 128)),
-                     (v, (2, 3, 1000, 128), (64, 128)), (o, (2, 3, 1000, 128), (64, 64))]
+                                       heads_per_batch=3, strides={"k": (1000 * 3 * 128, 128, 3 * 128)})
+    assert calls == [(q, (2, 3, 1000, 128), (64, 64), None), (k, (2, 3, 1000, 128), (64, 128), (384000, 128, 384)),
+                     (v, (2, 3, 1000, 128), (64, 128), None), (o, (2, 3, 1000, 128), (64, 64), None)]
     pointers = ctypes.cast(params.ptr, ctypes.POINTER(ctypes.c_void_p))
     assert len(params.values) == 13
     assert [ctypes.cast(pointers[i], ctypes.POINTER(ctypes.c_int32)).contents.value for i in (10, 11, 12)] == [8, 6, 3]
@@ -161,7 +170,7 @@ def test_a_parameter_block_by_head_encodes_4d_maps_and_ends_with_the_heads_per_b
 
 
 def test_a_kernel_that_walks_a_work_list_is_passed_its_address_last(monkeypatch):
-    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle: tensormap._aligned_tensor_map())
+    monkeypatch.setattr(tensormap, "encode_by_head", lambda *args: tensormap._aligned_tensor_map())
     listed = {**BY_HEAD, "work_list": {"l2_section_bytes": 0}}
     params = launch._tensor_map_params(listed, 0x10000, 0x20000, 0x30000, 0x40000, seq_len=1000, heads=6,
                                        scale_log2=1.0, row_tiles=8, heads_per_batch=3, work_list=0x50000)

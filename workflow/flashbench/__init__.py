@@ -11,3 +11,6 @@ class FlashbenchError(Exception):
 
 class NoKernelForShape(FlashbenchError):
     """A library (a peer) has no implementation for this shape: that point is skipped, with this reason."""
+
+
+from .api import flash_attention  # noqa: E402  (the function users call; it imports torch when called)

@@ -231,13 +231,15 @@ def by_head(contract: dict) -> bool:
 
 
 def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: int, heads: int, scale_log2: float,
-                       row_tiles: int | None = None, heads_per_batch: int | None = None, work_list=None):
+                       row_tiles: int | None = None, heads_per_batch: int | None = None, work_list=None,
+                       strides: dict | None = None):
     """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order[, row_tiles, heads[, H[, work
     list]]]) for cuLaunchKernel: the logical grid for a persistent contract only, which needs
     `row_tiles`, H for one by head, which needs `heads_per_batch`, and the work list's address for one
     with `work_list`, which needs `work_list` (an array on the GPU, or an address). Each map covers its
     array as the [heads * seq_len, head_dim] fp16 matrix it is, or by head as [heads / H, H, seq_len,
-    head_dim], with the contract's box."""
+    head_dim], with the contract's box; by head, `strides` may give an array's elements between
+    consecutive b, h and s (by its name: q, k, v, o), where it is not C-contiguous."""
     import ctypes
 
     from . import tensormap
@@ -254,7 +256,8 @@ def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: 
         address, box = arrays[spec["array"]], tuple(spec["box"])
         if maps_by_head:
             shape = (heads // heads_per_batch, heads_per_batch, seq_len, contract["head_dim"])
-            maps.append(tensormap.encode_by_head(address, shape, box, spec["swizzle"]))
+            maps.append(tensormap.encode_by_head(address, shape, box, spec["swizzle"],
+                                                 (strides or {}).get(spec["array"])))
         else:
             maps.append(tensormap.encode_tiled_2d(address, heads * seq_len, contract["head_dim"], box, spec["swizzle"]))
     common = (ctypes.c_uint64(q), ctypes.c_uint64(k), ctypes.c_uint64(v), ctypes.c_uint64(o), ctypes.c_int32(seq_len),

@@ -92,12 +92,16 @@ def tiled_2d_args(address: int, rows: int, cols: int, box: tuple[int, int], swiz
     return tiled_args(address, (cols, rows), (cols * 2,), box, swizzle)
 
 
-def by_head_args(address: int, shape: tuple[int, int, int, int], box: tuple[int, int], swizzle: int) -> dict:
-    """tiled_args of a C-contiguous [B, H, S, D] fp16 array by head: dims {D, S, H, B}, so that S has a
-    bound of its own (a box past a head's last row is filled with zeros, a store there clipped), and a
-    box of {box[0] columns, box[1] rows} of one head."""
+def by_head_args(address: int, shape: tuple[int, int, int, int], box: tuple[int, int], swizzle: int,
+                 strides: tuple[int, int, int] | None = None) -> dict:
+    """tiled_args of a [B, H, S, D] fp16 array by head: dims {D, S, H, B}, so that S has a bound of its
+    own (a box past a head's last row is filled with zeros, a store there clipped), and a box of
+    {box[0] columns, box[1] rows} of one head. `strides`: the elements between consecutive b, h and s
+    (D's are adjacent); None: C-contiguous. FlashAttention's [B, S, H, D] is the same map with other
+    strides."""
     B, H, S, D = shape
-    return tiled_args(address, (D, S, H, B), (D * 2, S * D * 2, H * S * D * 2), (*box, 1, 1), swizzle)
+    b, h, s = strides if strides is not None else (H * S * D, S * D, D)
+    return tiled_args(address, (D, S, H, B), (s * 2, h * 2, b * 2), (*box, 1, 1), swizzle)
 
 
 def encode(a: dict) -> tuple[TensorMap, object]:
@@ -125,10 +129,10 @@ def encode_tiled_2d(address: int, rows: int, cols: int, box: tuple[int, int], sw
     return encode(tiled_2d_args(address, rows, cols, box, swizzle))
 
 
-def encode_by_head(address: int, shape: tuple[int, int, int, int], box: tuple[int, int],
-                   swizzle: int) -> tuple[TensorMap, object]:
-    """A tensor map over a C-contiguous [B, H, S, D] fp16 array by head (by_head_args); returns (map, owner)."""
-    return encode(by_head_args(address, shape, box, swizzle))
+def encode_by_head(address: int, shape: tuple[int, int, int, int], box: tuple[int, int], swizzle: int,
+                   strides: tuple[int, int, int] | None = None) -> tuple[TensorMap, object]:
+    """A tensor map over a [B, H, S, D] fp16 array by head (by_head_args); returns (map, owner)."""
+    return encode(by_head_args(address, shape, box, swizzle, strides))
 
 
 class Params:

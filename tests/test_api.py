@@ -1,0 +1,204 @@
+"""flashbench.flash_attention: its refusals (no GPU, no torch: stand-in tensors), and on a GPU with torch,
+against SDPA in both layouts, with and without the mask, at ragged S; no input copied where the kernel
+reads it as it lies; captured in a CUDA graph."""
+import os
+import shutil
+import subprocess
+import sys
+import types
+import warnings
+
+import pytest
+
+import flashbench
+from flashbench import FlashbenchError, api
+
+
+class Stand:
+    """What flash_attention reads of a torch tensor: shape, dtype, device, strides, address."""
+
+    def __init__(self, shape, dtype="torch.float16", device="cuda", strides=None, address=0x7F0000000000):
+        self.shape, self.dtype = tuple(shape), dtype
+        self.device = types.SimpleNamespace(type=device, index=0 if device == "cuda" else None)
+        contiguous = [1]
+        for n in reversed(self.shape[1:]):
+            contiguous.insert(0, contiguous[0] * n)
+        self._strides, self._address = tuple(strides or contiguous), address
+
+    def stride(self, dim=None):
+        return self._strides if dim is None else self._strides[dim]
+
+    def data_ptr(self):
+        return self._address
+
+    def contiguous(self):
+        return Stand(self.shape, self.dtype, self.device.type, address=0xC0FFEE00)
+
+
+BSHD = (2, 1000, 3, 128)
+
+
+def call(q, k=None, v=None, **kw):
+    return flashbench.flash_attention(q, k if k is not None else q, v if v is not None else q, **kw)
+
+
+@pytest.mark.parametrize("inputs, kw, message", [
+    ((Stand(BSHD),), {"layout": "sbhd"}, "layout 'sbhd' is not one of 'bshd' (FlashAttention's [B, S, H, D]), "
+                                        "'bhsd' (SDPA's [B, H, S, D])"),
+    ((Stand((1000, 3, 128)),), {}, "q has 3 dimensions, not 4 (FlashAttention's [B, S, H, D])"),
+    ((Stand(BSHD), Stand((2, 1000, 1, 128))), {}, "k has 1 heads and q 3: grouped K/V heads (GQA, MQA) are not run yet"),
+    ((Stand(BSHD), Stand(BSHD), Stand((2, 999, 3, 128))), {},
+     "v is [B, H, S, D] = [2, 3, 999, 128], q [2, 3, 1000, 128]: q, k and v must have one shape"),
+    ((Stand((2, 0, 3, 128)),), {}, "an empty input, [B, H, S, D] = [2, 3, 0, 128]"),
+    ((Stand(BSHD, dtype="torch.float32"),), {}, "float32 inputs; the line runs fp16"),
+    ((Stand(BSHD), Stand(BSHD, dtype="torch.bfloat16")), {}, "q, k and v have different element types (bfloat16, float16)"),
+    ((Stand(BSHD, dtype="torch.bfloat16"),), {},
+     "mask none, D=128, bf16 is not a configuration the line runs; it runs dense (mask none, D=128, fp16), "
+     "causal (mask causal, D=128, fp16)"),
+    ((Stand((2, 1000, 3, 64)),), {"causal": True}, "mask causal, D=64, fp16 is not a configuration the line runs"),
+    ((Stand(BSHD, device="cpu"),), {}, "the inputs are on the cpu; it runs on a CUDA GPU"),
+    ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices"),
+])
+def test_what_the_line_does_not_run_is_refused_in_one_line(inputs, kw, message):
+    with pytest.raises(FlashbenchError) as e:
+        call(*inputs, **kw)
+    said = str(e.value)
+    assert said.startswith("flash_attention: ") and message in said and "\n" not in said
+
+
+def test_an_array_that_is_not_a_tensor_is_refused():
+    import numpy as np
+
+    with pytest.raises(FlashbenchError, match="q is a ndarray, not a torch tensor"):
+        call(np.zeros(BSHD, np.float16))
+
+
+def test_each_configuration_asks_for_its_best_build(settings):
+    assert api.configuration_for(settings, False, 128, "fp16")[1] == settings.headline_in(settings.configurations[0])[0]
+    causal, build = api.configuration_for(settings, True, 128, "fp16")
+    assert causal.causal and build == settings.headline_in(causal)[0] and build.endswith(".causal")
+
+
+def test_an_input_is_read_as_it_lies_where_tma_can_and_copied_where_it_cannot():
+    bshd = Stand(BSHD)  # FlashAttention's layout, contiguous: a row of S is H*D apart, a head D
+    assert api._bhs_strides(bshd, "bshd") == (1000 * 3 * 128, 128, 3 * 128) and api._readable(bshd, "bshd") is bshd
+    bhsd = Stand((2, 3, 1000, 128))
+    assert api._bhs_strides(bhsd, "bhsd") == (3 * 1000 * 128, 1000 * 128, 128) and api._readable(bhsd, "bhsd") is bhsd
+    one_head = Stand((1, 1000, 1, 128), strides=(5, 128, 1, 1))  # a dimension of one may have any stride
+    assert api._bhs_strides(one_head, "bshd") == (1000 * 128, 128, 128) and api._readable(one_head, "bshd") is one_head
+    for copied in (Stand(BSHD, strides=(384000, 384, 1, 3)),  # D not contiguous
+                   Stand(BSHD, strides=(384000, 388, 128, 1)),  # rows 776 bytes apart
+                   Stand(BSHD, address=0x7F0000000008)):  # not on a 16-byte boundary
+        assert api._readable(copied, "bshd").data_ptr() == 0xC0FFEE00
+
+
+# ---- on the GPU, with torch ----------------------------------------------------------------------------
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the line's kernels are built for sm_90a")
+    return torch
+
+
+def _sdpa(torch, q, k, v, causal, layout):
+    """SDPA's math backend in fp32 on the same values, in `layout`."""
+    f = (lambda x: x.float().transpose(1, 2)) if layout == "bshd" else (lambda x: x.float())
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        out = torch.nn.functional.scaled_dot_product_attention(f(q), f(k), f(v), is_causal=causal)
+    return out.transpose(1, 2) if layout == "bshd" else out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("S", [1000, 1050, 256, 77])
+def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkeypatch):
+    torch = _torch()
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))  # one build for the session
+    B, H, D = 2, 3, 128
+    shape = (B, S, H, D) if layout == "bshd" else (B, H, S, D)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = flashbench.flash_attention(q, k, v, causal=causal, layout=layout)
+    assert out.shape == shape and out.dtype == torch.float16
+    ref = _sdpa(torch, q, k, v, causal, layout)
+    err = (out.float() - ref).abs()
+    assert err.max().item() < 4e-3, (err.max().item(), err.flatten(0, -2).amax(-1).argmax().item())
+    # a planted defect in one row fails the same comparison
+    out[0, S // 2 if layout == "bshd" else 0, 0 if layout == "bshd" else S // 2, 5] += 0.05
+    assert (out.float() - ref).abs().max().item() > 4e-3
+
+
+@pytest.mark.gpu
+def test_no_input_is_copied_in_either_layout_and_the_output_is_the_one_allocation(tmp_path, monkeypatch):
+    torch = _torch()
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
+    for layout, shape in (("bshd", (1, 1024, 8, 128)), ("bhsd", (1, 8, 1024, 128))):
+        q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
+        flashbench.flash_attention(q, k, v, layout=layout)  # built, and its work list made
+        out = again = None  # the last layout's, freed before the count
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        out = flashbench.flash_attention(q, k, v, layout=layout)
+        assert torch.cuda.memory_allocated() - before == out.numel() * 2, layout
+        # a view whose D is not contiguous is copied, and still right
+        strided = q.transpose(-1, -2).contiguous().transpose(-1, -2)
+        again = flashbench.flash_attention(strided, k, v, layout=layout)
+        assert torch.equal(again, out)
+
+
+@pytest.mark.gpu
+def test_a_call_captured_in_a_cuda_graph_replays_on_new_inputs(tmp_path, monkeypatch):
+    torch = _torch()
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
+    shape = (2, 1000, 4, 128)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
+    fresh = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        flashbench.flash_attention(q, k, v, causal=True)  # the first call at this shape, outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flashbench.flash_attention(q, k, v, causal=True)
+    for static, new in zip((q, k, v), fresh):
+        static.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert (out.float() - _sdpa(torch, q, k, v, True, "bshd")).abs().max().item() < 4e-3
+    with warnings.catch_warnings():  # torch warns that the refused capture's graph is empty
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(FlashbenchError, match="inside a CUDA graph capture; call it once at that shape before"):
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                flashbench.flash_attention(q[:, :999], k[:, :999], v[:, :999])
+
+
+# Calls in both layouts, with and without the mask, at two ragged S (150: the entry for a last key tile
+# of 1 to 32 keys; 1050: the other) and an odd B*H: what compute-sanitizer runs. FlashAttention's layout
+# reads each head's rows H*D apart, which the pipeline's contiguous inputs never do.
+CALLS = """
+import sys, torch, flashbench
+for layout in ("bshd", "bhsd"):
+    for causal in (False, True):
+        for S in (150, 1050):
+            shape = (1, S, 3, 128) if layout == "bshd" else (1, 3, S, 128)
+            q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
+            flashbench.flash_attention(q, k, v, causal=causal, layout=layout)
+torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+def test_its_calls_are_clean_under_compute_sanitizer(tool, tmp_path):
+    _torch()
+    sanitizer = shutil.which("compute-sanitizer")
+    if sanitizer is None:
+        pytest.skip("compute-sanitizer not found")
+    env = {**os.environ, "FLASHBENCH_CACHE": str(tmp_path.parent / "flashbench-cache")}
+    proc = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "9", sys.executable, "-c", CALLS],
+                          capture_output=True, text=True, timeout=300, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    assert "ERROR SUMMARY: 0 errors" in out or "RACECHECK SUMMARY: 0 hazards" in out, out[-2000:]

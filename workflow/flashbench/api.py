@@ -1,0 +1,217 @@
+"""flash_attention: the Hopper line's best kernel, called from PyTorch.
+
+    out = flashbench.flash_attention(q, k, v, causal=True)  # q, k, v: [B, S, H, D] fp16 on an H100/H200
+
+The kernel is config.yaml's best headline version that runs in the configuration the call asks for
+(the mask, D, the element type): V25 today, D=128 fp16, with or without the causal mask, any S. It is
+compiled with nvcc on its first call in a process (into FLASHBENCH_CACHE, ~/.cache/flashbench unless
+set, and reused from there while its source, headers, flags and nvcc stay the same), and launched on
+torch's current stream, so that it can be captured in a CUDA graph.
+
+Inputs are read where they lie: the kernel's TMA reads any [B, H, S, D] view whose D is contiguous and
+whose other strides are multiples of 16 bytes, FlashAttention's [B, S, H, D] (`layout="bshd"`, the
+default) and SDPA's [B, H, S, D] (`layout="bhsd"`) among them; an input laid out otherwise is copied
+first. The output is a new [B, H, S, D] buffer, returned as the layout asked (for "bshd" a transposed
+view of it). What the line does not run yet (another D, bf16, grouped K/V heads, a GPU other than
+sm_90) is refused with one line that says so.
+
+Before a CUDA graph captures a call, make one call at that shape outside the capture: it builds the
+kernel and the work list the persistent grid walks (kept for the life of the process, as a graph
+holds its address). As with any CUDA graph, the tensors it was captured on must outlive it.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+
+from . import FlashbenchError
+
+LAYOUTS = {"bshd": "FlashAttention's [B, S, H, D]", "bhsd": "SDPA's [B, H, S, D]"}
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: config.yaml and kernels/ (an editable install)
+_kernels: dict = {}  # (build, device index) -> AttentionKernel
+_work_lists: dict = {}  # (build, device index, S, B, H) -> the work list on the GPU, for the process's life
+
+
+def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax_scale: float | None = None):
+    """softmax(q k^T * softmax_scale, masked after each query where `causal`) v, for torch tensors q, k,
+    v of one shape in `layout` ("bshd": [B, S, H, D], "bhsd": [B, H, S, D]) on one CUDA device; returns
+    the output in the same layout. softmax_scale: 1/sqrt(D) unless given."""
+    B, H, S, D = _shape(q, k, v, layout)
+    device = _device(q, k, v)
+    _, build = configuration_for(_settings(), causal, D, _dtype(q, k, v))
+    import torch
+
+    from . import attention
+    from .launch import _tensor_map_params, takes_ragged_first
+
+    kernel = _kernel(build, device)
+    if reason := kernel.supports(_shape_of(B, H, S, D)):
+        raise FlashbenchError(f"flash_attention: {reason}")
+    q, k, v = (_readable(x, layout) for x in (q, k, v))
+    o = torch.empty((B, H, S, D), dtype=q.dtype, device=q.device)
+    heads, row_tiles = B * H, kernel.row_tiles(S)
+    work_list = _work_list(build, kernel, device, B, H, S, row_tiles)
+    scale = attention.softmax_scale(D) if softmax_scale is None else float(softmax_scale)
+    params = _tensor_map_params(kernel.contract, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), S, heads,
+                                scale * attention.LOG2E, row_tiles, H, work_list,
+                                strides={name: _bhs_strides(x, layout) for name, x in (("q", q), ("k", k), ("v", v))})
+    grid_x, grid_y = kernel.grid(row_tiles, heads)
+    function = kernel.ragged_first_function if takes_ragged_first(kernel.contract, S) else kernel.function
+    with kernel.cp.cuda.Device(device):
+        kernel.cp.cuda.driver.launchKernel(function.kernel.ptr, grid_x, grid_y, 1, kernel.contract["threads"], 1, 1,
+                                           kernel.dynamic_smem, torch.cuda.current_stream(device).cuda_stream,
+                                           params.ptr, 0)
+    return o.transpose(1, 2) if layout == "bshd" else o
+
+
+# ---- what a call may be given (no torch needed: the refusals are tested without a GPU) ---------------
+
+def _shape(q, k, v, layout: str) -> tuple[int, int, int, int]:
+    """B, H, S, D of q, whose k and v must have the same shape."""
+    if layout not in LAYOUTS:
+        raise FlashbenchError(f"flash_attention: layout {layout!r} is not one of "
+                              + ", ".join(f"{name!r} ({what})" for name, what in LAYOUTS.items()))
+    shapes = {}
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        shape = getattr(x, "shape", None)
+        if shape is None or not hasattr(x, "data_ptr"):
+            raise FlashbenchError(f"flash_attention: {name} is a {type(x).__name__}, not a torch tensor")
+        if len(shape) != 4:
+            raise FlashbenchError(f"flash_attention: {name} has {len(shape)} dimensions, not 4 ({LAYOUTS[layout]})")
+        B, X, Y, D = (int(n) for n in shape)
+        shapes[name] = (B, X, Y, D) if layout == "bhsd" else (B, Y, X, D)
+    B, H, S, D = shapes["q"]
+    for name in ("k", "v"):
+        if shapes[name][1] != H and shapes[name][::2] == (B, S) and shapes[name][3] == D:
+            raise FlashbenchError(f"flash_attention: {name} has {shapes[name][1]} heads and q {H}: grouped K/V heads "
+                                  "(GQA, MQA) are not run yet")
+        if shapes[name] != shapes["q"]:
+            raise FlashbenchError(f"flash_attention: {name} is [B, H, S, D] = {list(shapes[name])}, q {list(shapes['q'])}: "
+                                  "q, k and v must have one shape (S of the keys as of the queries)")
+    if min(B, H, S, D) < 1:
+        raise FlashbenchError(f"flash_attention: an empty input, [B, H, S, D] = {[B, H, S, D]}")
+    return B, H, S, D
+
+
+def _dtype(q, k, v) -> str:
+    names = {str(x.dtype).removeprefix("torch.") for x in (q, k, v)}
+    if len(names) > 1:
+        raise FlashbenchError(f"flash_attention: q, k and v have different element types ({', '.join(sorted(names))})")
+    name = names.pop()
+    dtype = {"float16": "fp16", "bfloat16": "bf16"}.get(name)
+    if dtype is None:
+        raise FlashbenchError(f"flash_attention: {name} inputs; the line runs fp16")
+    return dtype
+
+
+def _device(q, k, v) -> int:
+    devices = {(x.device.type, x.device.index) for x in (q, k, v)}
+    if len(devices) > 1:
+        raise FlashbenchError(f"flash_attention: q, k and v are on different devices ({sorted(map(str, devices))})")
+    kind, index = devices.pop()
+    if kind != "cuda":
+        raise FlashbenchError(f"flash_attention: the inputs are on the {kind}; it runs on a CUDA GPU")
+    return index or 0
+
+
+def configuration_for(settings, causal: bool, D: int, dtype: str):
+    """The configuration of the settings a call asks for, and its best build there, or a FlashbenchError
+    that says what the line runs."""
+    mask = "causal" if causal else "none"
+    for configuration in settings.configurations:
+        if (configuration.mask, configuration.D, configuration.dtype) == (mask, D, dtype):
+            builds = settings.headline_in(configuration)
+            if builds:
+                return configuration, builds[0]
+    runs = ", ".join(f"{c.name} (mask {c.mask}, D={c.D}, {c.dtype})" for c in settings.configurations
+                     if settings.headline_in(c))
+    raise FlashbenchError(f"flash_attention: mask {mask}, D={D}, {dtype} is not a configuration the line runs; "
+                          f"it runs {runs}")
+
+
+# ---- the kernel, built once (GPU) --------------------------------------------------------------------
+
+@functools.cache
+def _settings():
+    """config.yaml's settings, read once a process."""
+    from . import config
+
+    return config.load(ROOT / "config.yaml")
+
+
+def _kernel(build: str, device: int):
+    key = (build, device)
+    if key not in _kernels:
+        _kernels[key] = _load(_settings(), build, device)
+    return _kernels[key]
+
+
+def _load(settings, build: str, device: int):
+    import cupy as cp
+
+    from .compile import compile_kernel, nvcc_version, runnable_build
+    from .files import read_json, sha256, write_json
+    from .launch import AttentionKernel
+
+    with cp.cuda.Device(device):
+        here = "sm_" + cp.cuda.Device(device).compute_capability
+        kernel = settings.kernel(settings.run(build).of)
+        arch = runnable_build(kernel.archs, here) if kernel.archs else here
+        if arch is None:
+            raise FlashbenchError(f"flash_attention: {kernel.name} is built for {', '.join(kernel.archs)}; this GPU is "
+                                  f"{here}")
+        source, defines = ROOT / kernel.source, settings.defines(build)
+        inputs = [sha256(source), *(sha256(p) for p in sorted(source.parent.glob("*.cuh"))), nvcc_version(), arch,
+                  repr(settings.nvcc_flags), repr(sorted(defines.items()))]
+        digest = hashlib.sha256("\n".join(inputs).encode()).hexdigest()[:16]
+        cubin = _cache_dir() / arch / f"{build}-{digest}.cubin"
+        record_path = cubin.with_suffix(".json")
+        if not (cubin.is_file() and record_path.is_file()):
+            write_json(record_path, compile_kernel(build, source, arch, settings.nvcc_flags, defines, cubin))
+        return AttentionKernel(cubin, read_json(record_path))
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("FLASHBENCH_CACHE") or Path.home() / ".cache" / "flashbench")
+
+
+def _work_list(build: str, kernel, device: int, B: int, H: int, S: int, row_tiles: int):
+    """The work list of this shape, made (and copied to the GPU) on its first call and kept: a CUDA graph
+    captured on a call reads it by address. A call under capture cannot make one."""
+    if "work_list" not in kernel.contract:
+        return None
+    key = (build, device, B, H, S)
+    if key not in _work_lists:
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            raise FlashbenchError(f"flash_attention: first called at B={B} H={H} S={S} inside a CUDA graph capture; "
+                                  "call it once at that shape before capturing (it makes the kernel's work list)")
+        with kernel.cp.cuda.Device(device):
+            _work_lists[key] = kernel._work_list(row_tiles, B * H, H, S)
+            kernel.cp.cuda.get_current_stream().synchronize()
+    return _work_lists[key]
+
+
+def _shape_of(B: int, H: int, S: int, D: int):
+    from .config import Shape
+
+    return Shape(B, H, S, D)
+
+
+def _bhs_strides(x, layout: str) -> tuple[int, int, int]:
+    """The elements between consecutive b, h and s of an input in `layout` (of a dimension of one, its
+    stride in a contiguous input: torch may give such a dimension any stride)."""
+    strides, sizes = list(x.stride()[:3]), list(x.shape)
+    contiguous = [sizes[1] * sizes[2] * sizes[3], sizes[2] * sizes[3], sizes[3]]
+    strides = [c if n == 1 else s for s, n, c in zip(strides, sizes, contiguous)]
+    return (strides[0], strides[1], strides[2]) if layout == "bhsd" else (strides[0], strides[2], strides[1])
+
+
+def _readable(x, layout: str):
+    """`x` itself where TMA reads it as it lies (D contiguous, 16-byte aligned, every other stride a
+    multiple of 16 bytes), else a contiguous copy."""
+    aligned = x.stride(3) == 1 and x.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in _bhs_strides(x, layout))
+    return x if aligned else x.contiguous()
