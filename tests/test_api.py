@@ -66,6 +66,17 @@ def test_what_the_line_does_not_run_is_refused_in_one_line(inputs, kw, message):
     assert said.startswith("flash_attention: ") and message in said and "\n" not in said
 
 
+def test_without_a_checkout_to_build_from_it_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setattr(api, "ROOT", tmp_path)
+    api._settings.cache_clear()
+    try:
+        with pytest.raises(FlashbenchError, match=f"no config.yaml in {tmp_path}: it builds its kernels from the "
+                                                  "flashbench checkout .* FLASHBENCH_ROOT"):
+            call(Stand(BSHD))
+    finally:
+        api._settings.cache_clear()
+
+
 def test_an_array_that_is_not_a_tensor_is_refused():
     import numpy as np
 

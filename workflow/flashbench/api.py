@@ -3,7 +3,8 @@
     out = flashbench.flash_attention(q, k, v, causal=True)  # q, k, v: [B, S, H, D] fp16 on an H100/H200
 
 The kernel is config.yaml's best headline version that runs in the configuration the call asks for
-(the mask, D, the element type): V25 today, D=128 fp16, with or without the causal mask, any S. It is
+(the mask, D, the element type): V25 today, D=128 fp16, with or without the causal mask, any S. Both
+come from the flashbench checkout (an editable install's, or the one FLASHBENCH_ROOT names). It is
 compiled with nvcc on its first call in a process (into FLASHBENCH_CACHE, ~/.cache/flashbench unless
 set, and reused from there while its source, headers, flags and nvcc stay the same), and launched on
 torch's current stream, so that it can be captured in a CUDA graph.
@@ -29,9 +30,10 @@ from pathlib import Path
 from . import FlashbenchError
 
 LAYOUTS = {"bshd": "FlashAttention's [B, S, H, D]", "bhsd": "SDPA's [B, H, S, D]"}
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: config.yaml and kernels/ (an editable install)
+ROOT = Path(os.environ.get("FLASHBENCH_ROOT") or Path(__file__).resolve().parents[2])  # config.yaml, kernels/
 _kernels: dict = {}  # (build, device index) -> AttentionKernel
 _work_lists: dict = {}  # (build, device index, S, B, H) -> the work list on the GPU, for the process's life
+_params: dict = {}  # the last launches' parameter blocks, by addresses, shape, scale and strides
 
 
 def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax_scale: float | None = None):
@@ -54,9 +56,16 @@ def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax
     heads, row_tiles = B * H, kernel.row_tiles(S)
     work_list = _work_list(build, kernel, device, B, H, S, row_tiles)
     scale = attention.softmax_scale(D) if softmax_scale is None else float(softmax_scale)
-    params = _tensor_map_params(kernel.contract, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), S, heads,
-                                scale * attention.LOG2E, row_tiles, H, work_list,
-                                strides={name: _bhs_strides(x, layout) for name, x in (("q", q), ("k", k), ("v", v))})
+    strides = {name: _bhs_strides(x, layout) for name, x in (("q", q), ("k", k), ("v", v))}
+    key = (build, device, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), B, H, S, scale,
+           *strides.values())
+    params = _params.get(key)
+    if params is None:  # four tensor maps encoded: a loop whose tensors come back to the same addresses reuses them
+        params = _tensor_map_params(kernel.contract, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), S, heads,
+                                    scale * attention.LOG2E, row_tiles, H, work_list, strides=strides)
+        if len(_params) >= 16:
+            _params.clear()
+        _params[key] = params
     grid_x, grid_y = kernel.grid(row_tiles, heads)
     function = kernel.ragged_first_function if takes_ragged_first(kernel.contract, S) else kernel.function
     with kernel.cp.cuda.Device(device):
@@ -138,6 +147,9 @@ def _settings():
     """config.yaml's settings, read once a process."""
     from . import config
 
+    if not (ROOT / "config.yaml").is_file():
+        raise FlashbenchError(f"flash_attention: no config.yaml in {ROOT}: it builds its kernels from the flashbench "
+                              "checkout (an editable install, pip install -e .), or from the one FLASHBENCH_ROOT names")
     return config.load(ROOT / "config.yaml")
 
 
