@@ -1,6 +1,7 @@
 """The host side of the Hopper line without a GPU: which build runs where, the tensor-map arguments,
 the cuLaunchKernel parameter block, and the launcher's refusals."""
 import ctypes
+import types
 
 import pytest
 
@@ -279,3 +280,29 @@ def test_a_launch_takes_the_ragged_first_entry_where_the_last_key_tile_holds_few
     assert taken == {1: True, 32: True, 33: False, 127: False, 128: False, 129: True, 160: True, 161: False,
                      1000: False, 1050: True, 4000: True, 4096: False}
     assert not any(launch.takes_ragged_first({**BY_HEAD, "block_cols": 128}, S) for S in (1, 4000))
+
+
+def test_a_work_list_is_made_once_per_logical_grid_and_kept_while_parameter_blocks_come_and_go(monkeypatch):
+    """A CUDA graph captured on a launch reads the work list by address: it must outlive the parameter
+    blocks' cache, which lets entries go after 16 shapes. A launch may be given its stream and the
+    arrays' strides (flash_attention: torch's stream, FlashAttention's layout)."""
+    encoded, made, streams = [], [], []
+    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle, strides: (
+        encoded.append(strides), tensormap._aligned_tensor_map())[1])
+    kernel = _persistent_stub(contract={**BY_HEAD, "work_list": {"l2_section_bytes": 16 << 20}})
+    kernel._work_lists, kernel.dynamic_smem = {}, 0
+    kernel.function = type("F", (), {"kernel": type("K", (), {"ptr": 0})()})()
+    current = type("Stream", (), {"ptr": 0x1, "synchronize": staticmethod(lambda: None)})
+    kernel.cp = types.SimpleNamespace(
+        asarray=lambda a: made.append(types.SimpleNamespace(data=types.SimpleNamespace(ptr=0x50000 + len(made))))
+        or made[-1],
+        cuda=types.SimpleNamespace(get_current_stream=lambda: current, driver=types.SimpleNamespace(
+            launchKernel=lambda fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra: streams.append(stream))))
+    assert not kernel.work_list_made(8, 6, 3, 1000)
+    for S in range(1000, 1000 + 17):  # 17 shapes: the cache let the first one's block go
+        kernel.launch(8, 6, 0x10000, 0x20000, 0x30000, 0x40000, S, heads_per_batch=3)
+    assert len(made) == 17 and kernel.work_list_made(8, 6, 3, 1000) and streams == [0x1] * 17
+    kernel.launch(8, 6, 0x10000, 0x20000, 0x30000, 0x40000, 1000, heads_per_batch=3, stream=0x5EED,
+                  strides={"q": (1000 * 3 * 128, 128, 3 * 128)})
+    assert len(made) == 17 and kernel._work_list(8, 6, 3, 1000) is made[0]  # made again: never
+    assert streams[-1] == 0x5EED and encoded[-4:] == [(384000, 128, 384), None, None, None]

@@ -31,9 +31,7 @@ from . import FlashbenchError
 
 LAYOUTS = {"bshd": "FlashAttention's [B, S, H, D]", "bhsd": "SDPA's [B, H, S, D]"}
 ROOT = Path(os.environ.get("FLASHBENCH_ROOT") or Path(__file__).resolve().parents[2])  # config.yaml, kernels/
-_kernels: dict = {}  # (build, device index) -> AttentionKernel
-_work_lists: dict = {}  # (build, device index, S, B, H) -> the work list on the GPU, for the process's life
-_params: dict = {}  # the last launches' parameter blocks, by addresses, shape, scale and strides
+_kernels: dict = {}  # (build, device index) -> AttentionKernel, for the process's life (and so its work lists)
 
 
 def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax_scale: float | None = None):
@@ -45,33 +43,22 @@ def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax
     _, build = configuration_for(_settings(), causal, D, _dtype(q, k, v))
     import torch
 
-    from . import attention
-    from .launch import _tensor_map_params, takes_ragged_first
+    from .config import Shape
 
     kernel = _kernel(build, device)
-    if reason := kernel.supports(_shape_of(B, H, S, D)):
+    if reason := kernel.supports(Shape(B, H, S, D)):
         raise FlashbenchError(f"flash_attention: {reason}")
     q, k, v = (_readable(x, layout) for x in (q, k, v))
     o = torch.empty((B, H, S, D), dtype=q.dtype, device=q.device)
-    heads, row_tiles = B * H, kernel.row_tiles(S)
-    work_list = _work_list(build, kernel, device, B, H, S, row_tiles)
-    scale = attention.softmax_scale(D) if softmax_scale is None else float(softmax_scale)
-    strides = {name: _bhs_strides(x, layout) for name, x in (("q", q), ("k", k), ("v", v))}
-    key = (build, device, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), B, H, S, scale,
-           *strides.values())
-    params = _params.get(key)
-    if params is None:  # four tensor maps encoded: a loop whose tensors come back to the same addresses reuses them
-        params = _tensor_map_params(kernel.contract, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), S, heads,
-                                    scale * attention.LOG2E, row_tiles, H, work_list, strides=strides)
-        if len(_params) >= 16:
-            _params.clear()
-        _params[key] = params
-    grid_x, grid_y = kernel.grid(row_tiles, heads)
-    function = kernel.ragged_first_function if takes_ragged_first(kernel.contract, S) else kernel.function
+    row_tiles = kernel.row_tiles(S)
     with kernel.cp.cuda.Device(device):
-        kernel.cp.cuda.driver.launchKernel(function.kernel.ptr, grid_x, grid_y, 1, kernel.contract["threads"], 1, 1,
-                                           kernel.dynamic_smem, torch.cuda.current_stream(device).cuda_stream,
-                                           params.ptr, 0)
+        if torch.cuda.is_current_stream_capturing() and not kernel.work_list_made(row_tiles, B * H, H, S):
+            raise FlashbenchError(f"flash_attention: first called at B={B} H={H} S={S} inside a CUDA graph capture; "
+                                  "call it once at that shape before capturing (it makes the kernel's work list)")
+        kernel.launch(row_tiles, B * H, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), S,
+                      None if softmax_scale is None else float(softmax_scale), H,
+                      strides={name: _bhs_strides(x, layout) for name, x in (("q", q), ("k", k), ("v", v))},
+                      stream=torch.cuda.current_stream(device).cuda_stream)
     return o.transpose(1, 2) if layout == "bshd" else o
 
 
@@ -187,30 +174,6 @@ def _load(settings, build: str, device: int):
 
 def _cache_dir() -> Path:
     return Path(os.environ.get("FLASHBENCH_CACHE") or Path.home() / ".cache" / "flashbench")
-
-
-def _work_list(build: str, kernel, device: int, B: int, H: int, S: int, row_tiles: int):
-    """The work list of this shape, made (and copied to the GPU) on its first call and kept: a CUDA graph
-    captured on a call reads it by address. A call under capture cannot make one."""
-    if "work_list" not in kernel.contract:
-        return None
-    key = (build, device, B, H, S)
-    if key not in _work_lists:
-        import torch
-
-        if torch.cuda.is_current_stream_capturing():
-            raise FlashbenchError(f"flash_attention: first called at B={B} H={H} S={S} inside a CUDA graph capture; "
-                                  "call it once at that shape before capturing (it makes the kernel's work list)")
-        with kernel.cp.cuda.Device(device):
-            _work_lists[key] = kernel._work_list(row_tiles, B * H, H, S)
-            kernel.cp.cuda.get_current_stream().synchronize()
-    return _work_lists[key]
-
-
-def _shape_of(B: int, H: int, S: int, D: int):
-    from .config import Shape
-
-    return Shape(B, H, S, D)
 
 
 def _bhs_strides(x, layout: str) -> tuple[int, int, int]:

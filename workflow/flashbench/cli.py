@@ -547,13 +547,10 @@ def cmd_gpu_time(a) -> None:
     if not journals:
         raise FlashbenchError(f"no GPU lock journal in {gpulock.lock_dir()} (FLASHBENCH_LOCK_DIR moves it)")
     for journal in journals:
-        try:
-            entries = [json.loads(line) for line in Path(journal).read_text().splitlines() if line.strip()]
-        except json.JSONDecodeError as e:
-            raise FlashbenchError(f"{journal}: line {e.lineno} is not a journal entry (JSON): {e.msg}") from None
+        entries = gpulock.parse_journal(journal)
         used = gpulock.time_by_stage(entries, since)
         if not used["stages"]:
-            print(f"{journal}: no hold since {a.since.isoformat()}")
+            print(f"{journal}: no hold" + (f" since {a.since.isoformat()}" if a.since else ""))
             continue
         start = min(e["acquired"] for e in entries if e["acquired"] >= since)
         print(f"{journal}: {used['span_s']:.0f} s from the first hold at "

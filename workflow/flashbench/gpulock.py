@@ -128,7 +128,15 @@ def hold_shared(bus_ids: list[str], what: str, progress=print):
 
 def read_journal(bus_id: str) -> list[dict]:
     path = journal_path(bus_id)
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return parse_journal(path) if path.exists() else []
+
+
+def parse_journal(path: Path | str) -> list[dict]:
+    """A journal's holds, a JSON object a line."""
+    try:
+        return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError as e:
+        raise FlashbenchError(f"{path}: line {e.lineno} is not a journal entry (JSON): {e.msg}") from None
 
 
 def overlapping(entries: list[dict]) -> list[tuple[dict, dict]]:
@@ -150,14 +158,13 @@ def time_by_stage(entries: list[dict], since: float = 0.0) -> dict:
     cycles) its holds and seconds held, and the seconds no job held the lock. Shared holds (builds)
     overlap one another: a stretch of time is counted once, for the stage that took it first."""
     holds = sorted((e for e in entries if e["acquired"] >= since), key=lambda e: e["acquired"])
-    stages, covered_until, idle = {}, None, 0.0
+    if not holds:
+        return {"stages": {}, "idle_s": 0.0, "span_s": 0.0}
+    stages, covered_until, idle = {}, holds[0]["acquired"], 0.0
     for e in holds:
         stage = stages.setdefault(e["what"].split()[0], {"holds": 0, "seconds": 0.0})
         stage["holds"] += 1
-        start = e["acquired"] if covered_until is None else max(e["acquired"], covered_until)
-        if covered_until is not None and e["acquired"] > covered_until:
-            idle += e["acquired"] - covered_until
-        stage["seconds"] += max(0.0, e["released"] - start)
-        covered_until = max(covered_until or e["released"], e["released"])
-    span = covered_until - holds[0]["acquired"] if holds else 0.0
-    return {"stages": stages, "idle_s": idle, "span_s": span}
+        idle += max(0.0, e["acquired"] - covered_until)
+        stage["seconds"] += max(0.0, e["released"] - max(e["acquired"], covered_until))
+        covered_until = max(covered_until, e["released"])
+    return {"stages": stages, "idle_s": idle, "span_s": covered_until - holds[0]["acquired"]}

@@ -53,6 +53,7 @@ class AttentionKernel:
                 if function is not None:
                     function.max_dynamic_shared_size_bytes = self.dynamic_smem
         self._params = {}
+        self._work_lists = {}
 
     def activate(self) -> None:
         """Nothing to set before this kernel's calls (a peer may have process-wide switches to set)."""
@@ -158,11 +159,13 @@ class AttentionKernel:
         return replay
 
     def launch(self, row_tiles: int, heads: int, q, k, v, o, seq_len: int, scale: float | None = None,
-               heads_per_batch: int | None = None) -> None:
+               heads_per_batch: int | None = None, strides: dict | None = None, stream: int | None = None) -> None:
         """The raw launch of the logical grid (row_tiles, heads), no checks (tests use it to launch wrongly
         on purpose): that grid itself, or for a persistent kernel its own grid (`grid`) with row_tiles
         and heads as parameters. `scale`: the softmax scale, 1/sqrt(D) unless given. `heads_per_batch`:
-        H of heads = B*H, for a kernel by head (all of them, B = 1, unless given)."""
+        H of heads = B*H, for a kernel by head (all of them, B = 1, unless given). A kernel with tensor
+        maps may be given an array's `strides` (params) and a `stream` (a handle: CuPy's current stream
+        unless given)."""
         scale_log2 = self._scale_log2(scale)
         if "tensor_maps" not in self.contract:
             args = (q, k, v, o, np.int32(seq_len), np.float32(scale_log2))
@@ -170,46 +173,61 @@ class AttentionKernel:
                 args += (np.int32(row_tiles), np.int32(heads))
             self.function(self.grid(row_tiles, heads), (self.contract["threads"],), args, shared_mem=self.dynamic_smem)
             return
-        params = self.params(q, k, v, o, seq_len, heads, scale_log2, row_tiles, heads_per_batch)
+        params = self.params(q, k, v, o, seq_len, heads, scale_log2, row_tiles, heads_per_batch, strides)
         grid_x, grid_y = self.grid(row_tiles, heads)
         function = self.ragged_first_function if takes_ragged_first(self.contract, seq_len) else self.function
+        if stream is None:
+            stream = self.cp.cuda.get_current_stream().ptr
         self.cp.cuda.driver.launchKernel(function.kernel.ptr, grid_x, grid_y, 1, self.contract["threads"], 1, 1,
-                                         self.dynamic_smem, self.cp.cuda.get_current_stream().ptr, params.ptr, 0)
+                                         self.dynamic_smem, stream, params.ptr, 0)
 
     def _scale_log2(self, scale: float | None) -> float:
         return (attention.softmax_scale(self.contract["head_dim"]) if scale is None else scale) * LOG2E
 
     def params(self, q, k, v, o, seq_len: int, heads: int, scale_log2: float, row_tiles: int | None = None,
-               heads_per_batch: int | None = None):
+               heads_per_batch: int | None = None, strides: dict | None = None):
         """The cuLaunchKernel parameter block of a kernel that takes tensor maps, cached per array
-        addresses, shape and scale: the timed loop reuses it instead of encoding three maps per call.
-        `row_tiles` (row_tiles(S) unless given) is passed to a persistent kernel only, `heads_per_batch`
-        (`heads` unless given) to a kernel by head only, and a work list to a kernel that takes one."""
+        addresses, shape, scale and strides: the timed loop reuses it instead of encoding three maps per
+        call. `row_tiles` (row_tiles(S) unless given) is passed to a persistent kernel only,
+        `heads_per_batch` (`heads` unless given) to a kernel by head only, and a work list to a kernel
+        that takes one. `strides`: an array's elements between consecutive b, h and s, by its name, where
+        it is not C-contiguous (a kernel by head only)."""
         if row_tiles is None:
             row_tiles = self.row_tiles(seq_len)
         key = (*(_address(a) for a in (q, k, v, o)), seq_len, heads, scale_log2, row_tiles, heads_per_batch or heads)
-        params = self._params.get(key)
+        cache_key = (*key, *sorted((strides or {}).items()))
+        params = self._params.get(cache_key)
         if params is None:
-            params = _tensor_map_params(self.contract, *key,
+            params = _tensor_map_params(self.contract, *key, strides=strides,
                                         work_list=self._work_list(row_tiles, heads, heads_per_batch or heads, seq_len))
             if len(self._params) >= 16:  # a sweep's shapes; an old entry is only ever reused for equal arrays
                 self._params.clear()
-            self._params[key] = params
+            self._params[cache_key] = params
         return params
+
+    def work_list_made(self, row_tiles: int, heads: int, heads_per_batch: int, seq_len: int) -> bool:
+        """Whether a launch of this logical grid needs no work list copied to the GPU first (none taken,
+        or made already): what a launch under a CUDA graph capture may not do."""
+        return "work_list" not in self.contract or (row_tiles, heads, heads_per_batch, seq_len) in self._work_lists
 
     def _work_list(self, row_tiles: int, heads: int, heads_per_batch: int, seq_len: int):
         """For a kernel that walks one, the work list (on the GPU) of the logical grid (row_tiles, heads),
-        heads_per_batch a batch, at S = seq_len for this kernel's grid (work_list.py), which its parameter
-        block holds; else None."""
+        heads_per_batch a batch, at S = seq_len for this kernel's grid (work_list.py); else None. Made
+        once and kept as long as the kernel: a CUDA graph captured on a launch reads it by address,
+        whatever the parameter blocks' cache has let go since."""
         if "work_list" not in self.contract:
             return None
-        from .work_list import work_list
+        key = (row_tiles, heads, heads_per_batch, seq_len)
+        if key not in self._work_lists:
+            from .work_list import work_list
 
-        c = self.contract
-        blocks = self.grid(row_tiles, heads)[0]
-        return self.cp.asarray(work_list(row_tiles, heads, heads_per_batch, blocks, seq_len, c["head_dim"],
-                                         c["block_rows"], c["block_cols"], self.causal,
-                                         c["work_list"]["l2_section_bytes"]))
+            c = self.contract
+            blocks = self.grid(row_tiles, heads)[0]
+            self._work_lists[key] = self.cp.asarray(work_list(row_tiles, heads, heads_per_batch, blocks, seq_len,
+                                                              c["head_dim"], c["block_rows"], c["block_cols"],
+                                                              self.causal, c["work_list"]["l2_section_bytes"]))
+            self.cp.cuda.get_current_stream().synchronize()  # copied before a launch on another stream reads it
+        return self._work_lists[key]
 
 
 def _address(a) -> int:
