@@ -182,16 +182,20 @@ struct LaunchContract {
   int l2_section_bytes;    //   in sections of heads whose K and V fit in this many bytes (0: one head)
   int ragged_first_keys;   // (V25 on) n: a second entry, flash_attention_forward_ragged_first, for the S
                            //   whose last key tile holds 1 to n keys (0: none)
+  int bf16;                // 1: Q, K, V and O are bf16 (built with FLASH_BF16=1); 0: fp16
+  int grouped_kv;          // 1 (V25 on, FLASH_GROUPED_KV=1): K and V have H / kv_group heads, each read by
+                           //   kv_group query heads (kv_group: a launch parameter, which others ignore)
 };
 }  // namespace flash
 #define FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, tensor_maps,   \
                                      box_cols, q_box_rows, kv_box_rows, o_box_rows, swizzle_bytes, ctas_per_sm,     \
-                                     tensor_map_rank, causal, work_list, l2_section_bytes, ragged_first_keys)       \
+                                     tensor_map_rank, causal, work_list, l2_section_bytes, ragged_first_keys, bf16, \
+                                     grouped_kv)                                                                   \
   extern "C" __device__ const flash::LaunchContract flash_launch_contract = {                                    \
       int(threads),     int(block_rows), int(block_cols),  int(dynamic_smem_bytes), int(head_dim),              \
       int(tensor_maps), int(box_cols),   int(q_box_rows),  int(kv_box_rows),        int(o_box_rows),            \
       int(swizzle_bytes), int(ctas_per_sm), int(tensor_map_rank), int(causal), int(work_list), int(l2_section_bytes), \
-      int(ragged_first_keys)};
+      int(ragged_first_keys), int(bf16), int(grouped_kv)};
 #define FLASH_LAUNCH_CONTRACT(threads, block_rows, block_cols, dynamic_smem_bytes)                             \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 0, 0, 0, 0, 0, \
-                               0, 0, 0, 0, 0, 0, 0)
+                               0, 0, 0, 0, 0, 0, 0, 0, 0)

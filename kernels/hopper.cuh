@@ -7,8 +7,10 @@
 // SM100/SM103 have TMA too but multiply with tcgen05, not wgmma: these kernels are not for them.
 #pragma once
 #include <cuda.h>  // CUtensorMap: the 128-byte tensor map the host encodes (cuTensorMapEncodeTiled)
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
+#include <type_traits>
 
 #include "flash_common.cuh"
 
@@ -17,6 +19,30 @@
 #endif
 
 namespace flash::hopper {
+
+// ---- the element type: fp16 (half) or bf16 (__nv_bfloat16) ---------------------------------------
+// Both are 2 bytes, so every tile, box, swizzle and descriptor below is the same for either; what
+// differs is the wgmma's input type, and how a pair of floats is rounded into one 32-bit register or
+// read back out of one. The V14-V24 files use half throughout; V25 on takes the type as a parameter.
+template <typename T>
+constexpr bool kIsBf16 = std::is_same_v<T, __nv_bfloat16>;
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (kIsBf16<T>) {
+    const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&b);
+  } else {
+    return pack_half2(lo, hi);
+  }
+}
+template <typename T>
+__device__ __forceinline__ float2 unpack_pair(const T* pair) {
+  if constexpr (kIsBf16<T>) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(pair));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(pair));
+  }
+}
 
 // ---- shared-memory layout of a TMA tile, 128-byte swizzle ------------------------------------
 // A 128-byte-swizzled TMA box is at most 128 bytes (64 fp16) wide, so a [rows][128] fp16 tile is
@@ -177,35 +203,50 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[kN]) {
       "+f"(d[i + 7])
 #define FLASH_D64 FLASH_D8(0), FLASH_D8(8), FLASH_D8(16), FLASH_D8(24), FLASH_D8(32), FLASH_D8(40), FLASH_D8(48), FLASH_D8(56)
 
+// The input types are T's, f16 or bf16, for A and B both (the accumulator is f32 in either).
 // D[64x128] (+)= A[64x16] B[16x128], A and B from shared memory, both K-major (no transpose).
-// accumulate = 0 overwrites D (the first k-step of a product), 1 adds to it.
+// accumulate = 0 overwrites D (the first k-step of a product), 1 adds to it. T: half or __nv_bfloat16.
+#define FLASH_WGMMA_M64N128K16_SS(TYPES)                                                                      \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"                                               \
+               " wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " " FLASH_WGMMA_D64                     \
+               ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                            \
+               : FLASH_D64                                                                                  \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASH_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : FLASH_D64
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N128K16_SS("bf16.bf16");
+  else FLASH_WGMMA_M64N128K16_SS("f16.f16");
 }
 // The same at N = 32 (QK of a key tile S ends in the first quarter of): D is the first 16
 // accumulators, keys 0..31 of the tile.
+#define FLASH_WGMMA_M64N32K16_SS(TYPES)                                                                       \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"                                               \
+               " wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "                                     \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n" \
+               : FLASH_D8(0), FLASH_D8(8)                                                                   \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : FLASH_D8(0), FLASH_D8(8)
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N32K16_SS("bf16.bf16");
+  else FLASH_WGMMA_M64N32K16_SS("f16.f16");
 }
-// D[64x128] (+)= A[64x16] B[16x128], A from registers (4 x f16x2), B from shared memory MN-major
+// D[64x128] (+)= A[64x16] B[16x128], A from registers (4 pairs of T), B from shared memory MN-major
 // (transpose flag set: B's N dimension is the contiguous one).
+#define FLASH_WGMMA_M64N128K16_RS_BT(TYPES)                                                                   \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"                                               \
+               " wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " " FLASH_WGMMA_D64                     \
+               ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                              \
+               : FLASH_D64                                                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
                                                        int accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASH_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : FLASH_D64
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N128K16_RS_BT("bf16.bf16");
+  else FLASH_WGMMA_M64N128K16_RS_BT("f16.f16");
 }
+#undef FLASH_WGMMA_M64N128K16_SS
+#undef FLASH_WGMMA_M64N32K16_SS
+#undef FLASH_WGMMA_M64N128K16_RS_BT
 #undef FLASH_D64
 #undef FLASH_D8
 #undef FLASH_WGMMA_D64
@@ -230,11 +271,12 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
 // ---- an element of a swizzled tile, read by ordinary loads (V23's rare path) -----------------------
 // Where element (r, c) of a [kRows][128] fp16 tile laid out as at the top of this file lies: box half
 // c / 64, row r, its 16-byte chunk swizzled with the row.
-template <int kRows>
-__device__ __forceinline__ const half* tile_element(const half* tile, int r, int c) {
+template <int kRows, typename T>
+__device__ __forceinline__ const T* tile_element(const T* tile, int r, int c) {
+  static_assert(sizeof(T) == 2, "a tile of 2-byte elements");
   const int chunk = (c % kBoxCols) / 8;
-  return reinterpret_cast<const half*>(reinterpret_cast<const char*>(tile) + (c / kBoxCols) * kRows * kBoxRowBytes +
-                                       r * kBoxRowBytes + ((chunk ^ (r % 8)) * 16) + (c % 8) * 2);
+  return reinterpret_cast<const T*>(reinterpret_cast<const char*>(tile) + (c / kBoxCols) * kRows * kBoxRowBytes +
+                                    r * kBoxRowBytes + ((chunk ^ (r % 8)) * 16) + (c % 8) * 2);
 }
 
 
@@ -261,9 +303,9 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void*
                "r"(col), "r"(row), "r"(head), "r"(batch), "r"(smem_addr(src))
                : "memory");
 }
-// A [rows][128] fp16 tile of one head from `row` on: two boxes, head columns 0-63 then 64-127.
-template <int kRows>
-__device__ __forceinline__ void tma_load_head_tile(half* dst, const CUtensorMap* map, uint64_t* bar, int row, int head,
+// A [rows][128] tile of one head from `row` on: two boxes, head columns 0-63 then 64-127.
+template <int kRows, typename T>
+__device__ __forceinline__ void tma_load_head_tile(T* dst, const CUtensorMap* map, uint64_t* bar, int row, int head,
                                                    int batch) {
   tma_load_4d(dst, map, bar, 0, row, head, batch);
   tma_load_4d(dst + kRows * kBoxCols, map, bar, kBoxCols, row, head, batch);
@@ -349,9 +391,10 @@ struct WorkList {
 // accumulators o_acc[8j + 0..1], [8j + 2..3], [8j + 4..5], [8j + 6..7] of this thread (row g or g + 8,
 // columns 2 quad, 2 quad + 1 of the block: stmatrix's own fragment). Lane l gives the address of row
 // l % 8 of matrix l / 8: tile row st_row, 16-byte chunk 2j + l / 16 of its 256 bytes, in half chunk / 8
-// at swizzled chunk (chunk % 8) ^ (st_row % 8). `inv`: 1 / the row sums of rows g and g + 8.
-template <int kTileRows>
-__device__ __forceinline__ void write_o_rows(half* o_tile, int first_row, const float (&o_acc)[64],
+// at swizzled chunk (chunk % 8) ^ (st_row % 8). `inv`: 1 / the row sums of rows g and g + 8. T: O's
+// element type.
+template <int kTileRows, typename T>
+__device__ __forceinline__ void write_o_rows(T* o_tile, int first_row, const float (&o_acc)[64],
                                              const float (&inv)[2]) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int st_row = first_row + warp * 16 + ((lane / 8) % 2) * 8 + lane % 8;
@@ -360,20 +403,20 @@ __device__ __forceinline__ void write_o_rows(half* o_tile, int first_row, const 
   for (int j = 0; j < kHeadDim / 16; ++j) {
     const int chunk = 2 * j + lane / 16;
     const uint32_t addr = st_base + (chunk / 8) * (kTileRows * kBoxRowBytes) + ((chunk % 8) ^ (st_row % 8)) * 16;
-    stmatrix_x4(addr, pack_half2(o_acc[8 * j + 0] * inv[0], o_acc[8 * j + 1] * inv[0]),
-                pack_half2(o_acc[8 * j + 2] * inv[1], o_acc[8 * j + 3] * inv[1]),
-                pack_half2(o_acc[8 * j + 4] * inv[0], o_acc[8 * j + 5] * inv[0]),
-                pack_half2(o_acc[8 * j + 6] * inv[1], o_acc[8 * j + 7] * inv[1]));
+    stmatrix_x4(addr, pack_pair<T>(o_acc[8 * j + 0] * inv[0], o_acc[8 * j + 1] * inv[0]),
+                pack_pair<T>(o_acc[8 * j + 2] * inv[1], o_acc[8 * j + 3] * inv[1]),
+                pack_pair<T>(o_acc[8 * j + 4] * inv[0], o_acc[8 * j + 5] * inv[0]),
+                pack_pair<T>(o_acc[8 * j + 6] * inv[1], o_acc[8 * j + 7] * inv[1]));
   }
 }
 
 // ---- launch guard of a kernel on 4-D maps ------------------------------------------------------------
 // Any S of at least one row: the logical grid is ceil(S / block_rows) row tiles of batch_heads = B*H
-// heads, heads of them per batch.
+// heads, heads of them per batch, in groups of kv_group that read one K/V head.
 __device__ __forceinline__ void require_head_tiles_cover(int seq_len, int row_tiles, int batch_heads, int heads,
-                                                         int block_rows) {
+                                                         int kv_group, int block_rows) {
   if (seq_len < 1 || row_tiles != (seq_len + block_rows - 1) / block_rows || heads < 1 || batch_heads < heads ||
-      batch_heads % heads != 0 || gridDim.y != 1)
+      batch_heads % heads != 0 || kv_group < 1 || heads % kv_group != 0 || gridDim.y != 1)
     __trap();
 }
 
@@ -398,32 +441,34 @@ __device__ __forceinline__ void require_head_tiles_cover(int seq_len, int row_ti
 #define FLASH_LAUNCH_CONTRACT_TMA(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows, kv_box_rows)     \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 3,             \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes, 0, 2, \
-                               0, 0, 0, 0)
+                               0, 0, 0, 0, 0, 0)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,      \
                                              kv_box_rows, ctas_per_sm)                                              \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 3,             \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, 0, flash::hopper::kSwizzleBytes,       \
-                               ctas_per_sm, 2, 0, 0, 0, 0)
+                               ctas_per_sm, 2, 0, 0, 0, 0, 0, 0)
 #define FLASH_LAUNCH_CONTRACT_TMA_PERSISTENT_O(threads, block_rows, block_cols, dynamic_smem_bytes, q_box_rows,    \
                                                kv_box_rows, o_box_rows, ctas_per_sm)                                \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, flash::kHeadDim, 4,             \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, o_box_rows,                            \
-                               flash::hopper::kSwizzleBytes, ctas_per_sm, 2, 0, 0, 0, 0)
+                               flash::hopper::kSwizzleBytes, ctas_per_sm, 2, 0, 0, 0, 0, 0, 0)
 //
 // FLASH_LAUNCH_CONTRACT_HEAD_MAPS (V25 on): a persistent kernel on 4-D maps over q, k, v and o, each
-// {D, S, H, B} by head (box {64 columns, box rows, 1, 1}); it takes any S, and masks keys after each
-// query where `causal`. After the maps it takes the logical grid, the heads per batch and the work
-// list the launch makes for its grid (WorkList, its records; sections of heads whose K and V fit in
-// l2_section_bytes, 0: one head a section):
+// {D, S, H, B} by head (box {64 columns, box rows, 1, 1}), of fp16 or where `bf16` bf16; it takes any
+// S, masks keys after each query where `causal`, and where `grouped_kv` K and V of H / kv_group heads
+// each (query head h reads K/V head h / kv_group; without it kv_group must be 1). After the maps it
+// takes the logical grid, the heads per batch, kv_group and the work list the launch makes for its grid
+// (WorkList, its records; sections of heads whose K and V fit in l2_section_bytes, 0: one K/V head a
+// section):
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles,
-//                           batch_heads, heads, work_list)
+//                           batch_heads, heads, kv_group, work_list)
 // with row_tiles = ceil(S / block_rows), batch_heads = B*H (require_head_tiles_cover, WorkList::of_this_block).
 // Where ragged_first_keys is n > 0, the same parameters go to flash_attention_forward_ragged_first for
 // an S with 0 < S mod block_cols <= n.
 #define FLASH_LAUNCH_CONTRACT_HEAD_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, q_box_rows, \
                                         kv_box_rows, o_box_rows, ctas_per_sm, causal, l2_section_bytes,             \
-                                        ragged_first_keys)                                                          \
+                                        ragged_first_keys, bf16, grouped_kv)                                        \
   FLASH_LAUNCH_CONTRACT_FIELDS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, 4,                   \
                                flash::hopper::kBoxCols, q_box_rows, kv_box_rows, o_box_rows,                            \
                                flash::hopper::kSwizzleBytes, ctas_per_sm, 4, causal, 1, l2_section_bytes,               \
-                               ragged_first_keys)
+                               ragged_first_keys, bf16, grouped_kv)

@@ -1,6 +1,14 @@
-// V25: V24's schedule as one kernel over its configuration: a causal mask or none, and any S (the
-// Hopper line, twelfth step; sm_90a only).
-// Configuration, at compile time: FLASH_CAUSAL (0 or 1; keys after each query are masked) and D = 128.
+// V25: V24's schedule as one kernel over its configuration: a causal mask or none, fp16 or bf16, grouped
+// K/V heads, and any S (the Hopper line, twelfth step; sm_90a only).
+// Configuration, at compile time: FLASH_CAUSAL (0 or 1; keys after each query are masked), FLASH_BF16
+// (0: fp16 Q, K, V and O, 1: bf16; the wgmma's input type, P's and O's rounding), FLASH_GROUPED_KV (1:
+// K and V have H / kv_group heads, kv_group the query heads that read one K/V head, given at launch: 2
+// to H, MQA at H; 0: one K/V head per query head, kv_group 1) and D = 128.
+// Choice: grouped K/V heads a build of their own, not every build's: in the fp16 build a K/V head held
+//   beside the Q head (even head + 1) had ptxas serialise every wgmma of the ragged-first entry (C7511),
+//   its turns 39, 88, 49 SASS instructions long becoming 121, 317, 278, and a guard that traps on a
+//   kv_group other than 1 did the same to the causal build's; so the builds without the parameter neither
+//   read kv_group nor divide by it, and the grouped build divides at each K and V load.
 // Any S: Q, K, V and O are read and written through 4-D tensor maps by head ({D, S, H, B}), whose
 // bound on S fills a box that reaches past the last row with zeros and clips the O stores; keys at
 // or past S are masked in the last key tile.
@@ -48,7 +56,8 @@
 //   384 threads = 3 warpgroups, __launch_bounds__(384, 1), setmaxnreg 24 / 240, once per block;
 //   the persistent grid: one block per SM, walking the work tiles (row tile, head) its list names
 //
-//   warpgroup 0, one thread: the producer. For each of its work tiles, n = the key tiles it reads:
+//   warpgroup 0, one thread: the producer. For each of its work tiles, n = the key tiles it reads
+//   (K and V of its head's K/V head, head / kv_group):
 //     K(0) | Q_A, Q_B | K(1) V(0) | K(2) V(1) | .. | K(n-1) V(n-2) | (next work tile) .. | V(last)
 //     each K/V load waits for its ring stage's empty barrier (2 stages each of K and V), each Q
 //     half for its warpgroup's q_empty (the previous work tile's last QK has read it)
@@ -72,6 +81,12 @@
 #ifndef FLASH_CAUSAL
 #define FLASH_CAUSAL 0
 #endif
+#ifndef FLASH_BF16
+#define FLASH_BF16 0
+#endif
+#ifndef FLASH_GROUPED_KV
+#define FLASH_GROUPED_KV 0
+#endif
 
 using namespace flash;
 using namespace flash::hopper;
@@ -79,6 +94,8 @@ using namespace flash::hopper;
 namespace {
 
 constexpr bool kCausal = FLASH_CAUSAL;
+using Element = std::conditional_t<FLASH_BF16, __nv_bfloat16, half>;  // of Q, K, V, O and P
+constexpr bool kGroupedKv = FLASH_GROUPED_KV;
 constexpr int kThreads = 384;
 constexpr int kCtasPerSm = 1;                                // the persistent grid: one block per SM
 constexpr int kConsumerWarpgroups = 2;
@@ -103,10 +120,10 @@ static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below 
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 
 struct SharedStorage {
-  half q[kHalves][kBr * kBoxCols];
-  half k[kStages][kHalves][kBc * kBoxCols];
-  half v[kStages][kHalves][kBc * kBoxCols];
-  half o[kHalves][kBr * kBoxCols];        // the O tile the TMA stores read, the o map's layout
+  Element q[kHalves][kBr * kBoxCols];
+  Element k[kStages][kHalves][kBc * kBoxCols];
+  Element v[kStages][kHalves][kBc * kBoxCols];
+  Element o[kHalves][kBr * kBoxCols];     // the O tile the TMA stores read, the o map's layout
   uint64_t q_full[kConsumerWarpgroups];   // consumer warpgroup c's 64 rows of Q have landed
   uint64_t q_empty[kConsumerWarpgroups];  // warpgroup c is done with its rows; the next may be loaded
   uint64_t k_full[kStages];
@@ -118,8 +135,8 @@ static_assert(offsetof(SharedStorage, q) % kAtomBytes == 0 && offsetof(SharedSto
                   offsetof(SharedStorage, v) % kAtomBytes == 0 && offsetof(SharedStorage, o) % kAtomBytes == 0 &&
                   (kBc * kBoxRowBytes) % kAtomBytes == 0 && (kWgRows * kBoxRowBytes) % kAtomBytes == 0,
               "every TMA box and wgmma operand starts on a 1024-byte swizzle atom");
-constexpr int kQRowsBytes = kWgRows * kD * sizeof(half);  // 16 KB: the expect-tx count of q_full[c]
-constexpr int kTileBytes = kBc * kD * sizeof(half);       // 32 KB: of k_full / v_full
+constexpr int kQRowsBytes = kWgRows * kD * sizeof(Element);  // 16 KB: the expect-tx count of q_full[c]
+constexpr int kTileBytes = kBc * kD * sizeof(Element);       // 32 KB: of k_full / v_full
 constexpr int kSmemBytes = sizeof(SharedStorage) + kAtomBytes;  // + slack to align the base
 static_assert(kSmemBytes <= 232448, "above the 227 KB of shared memory a block may opt in to on sm_90");
 
@@ -132,16 +149,16 @@ __device__ __forceinline__ int key_tiles(int row_tile, int seq_len) {
 }  // namespace
 
 FLASH_LAUNCH_CONTRACT_HEAD_MAPS(kThreads, kBr, kBc, kSmemBytes, kD, kWgRows, kBc, kWgRows, kCtasPerSm, kCausal,
-                                kL2SectionBytes, kRaggedFirstKeys)
+                                kL2SectionBytes, kRaggedFirstKeys, FLASH_BF16, kGroupedKv)
 
 // The kernel, in two entries (below): kRaggedFirst where S ends in the first quarter of a key tile.
 template <bool kRaggedFirst>
 __device__ __forceinline__ void attention(int seq_len, float scale_log2, const CUtensorMap& tmap_q,
                                           const CUtensorMap& tmap_k, const CUtensorMap& tmap_v,
                                           const CUtensorMap& tmap_o, int row_tiles, int batch_heads, int heads,
-                                          const int4* __restrict__ work_list, half* __restrict__ o) {
+                                          int kv_group, const int4* __restrict__ work_list, Element* __restrict__ o) {
   const WorkList::Head list_head = WorkList::head_of_this_block(work_list);  // in flight under the set-up
-  require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kBr);
+  require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kGroupedKv ? kv_group : 1, kBr);
 
   // Where the key tiles start. Row tile r is rows 128r .. (rows past S fill with zeros, their O stores
   // clip). Without kRaggedFirst, key tile c is keys 128c .. (the tile S ends in masked past S). With it
@@ -183,18 +200,21 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     setmaxnreg_dec<kProducerRegs>();
     if (warp == 0 && elect_lane0()) {
       Ring<kStages> k_ring, v_ring;
+      // K and V of a work tile are its K/V head's. (Worked out at each load: held beside the Q head for the
+      // work tile, it had ptxas serialise the ragged-first entry's wgmma, C7511.)
+      const auto kv_head = [&](int head) { return kGroupedKv ? head / kv_group : head; };
       const auto load_k = [&](const WorkTile& t, int tile) {
         mbar_wait(&smem.k_empty[k_ring.stage], k_ring.phase ^ 1);
         mbar_arrive_expect_tx(&smem.k_full[k_ring.stage], kTileBytes);
-        tma_load_head_tile<kBc>(smem.k[k_ring.stage][0], &tmap_k, &smem.k_full[k_ring.stage], key_start(tile), t.head,
-                                t.batch);
+        tma_load_head_tile<kBc>(smem.k[k_ring.stage][0], &tmap_k, &smem.k_full[k_ring.stage], key_start(tile),
+                                kv_head(t.head), t.batch);
         k_ring.advance();
       };
       const auto load_v = [&](const WorkTile& t, int tile) {
         mbar_wait(&smem.v_empty[v_ring.stage], v_ring.phase ^ 1);
         mbar_arrive_expect_tx(&smem.v_full[v_ring.stage], kTileBytes);
-        tma_load_head_tile<kBc>(smem.v[v_ring.stage][0], &tmap_v, &smem.v_full[v_ring.stage], key_start(tile), t.head,
-                                t.batch);
+        tma_load_head_tile<kBc>(smem.v[v_ring.stage][0], &tmap_v, &smem.v_full[v_ring.stage], key_start(tile),
+                                kv_head(t.head), t.batch);
         v_ring.advance();
       };
       uint32_t q_phase = 0;  // parity of the block's current work tile
@@ -256,8 +276,8 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
         const uint64_t a = desc_advance(q_desc0, qk_step(ks, kBr)), b = desc_advance(k_desc0, qk_step(ks, kBc));
-        if constexpr (kKeys == 128) wgmma_m64n128k16_ss(s_acc, a, b, ks > 0);
-        if constexpr (kKeys == 32) wgmma_m64n32k16_ss(*reinterpret_cast<float(*)[16]>(s_acc), a, b, ks > 0);
+        if constexpr (kKeys == 128) wgmma_m64n128k16_ss<Element>(s_acc, a, b, ks > 0);
+        if constexpr (kKeys == 32) wgmma_m64n32k16_ss<Element>(*reinterpret_cast<float(*)[16]>(s_acc), a, b, ks > 0);
       }
     };
     // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
@@ -267,7 +287,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk)
-        wgmma_m64n128k16_rs_bt(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
+        wgmma_m64n128k16_rs_bt<Element>(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
     };
     using AllKeys = std::integral_constant<int, kBc>;  // QK's width (wgmma N) on a whole key tile
     using RaggedKeys = std::integral_constant<int, kRaggedFirstKeys>;  // on a ragged key tile 0
@@ -395,8 +415,8 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         float dot = 0.f;
 #pragma unroll 1
         for (int c = 0; c < kD; c += 2) {
-          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(tile_element<kBr>(smem.q[0], q_row, c)));
-          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(tile_element<kBc>(smem.k[stage][0], key, c)));
+          const float2 a = unpack_pair(tile_element<kBr>(smem.q[0], q_row, c));
+          const float2 b = unpack_pair(tile_element<kBc>(smem.k[stage][0], key, c));
           dot = fmaf(a.x, b.x, fmaf(a.y, b.y, dot));
         }
         fresh[i] = dot;
@@ -416,7 +436,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) p_frag[kk][r] = pack_half2(s_acc[8 * kk + 2 * r], s_acc[8 * kk + 2 * r + 1]);
+        for (int r = 0; r < 4; ++r) p_frag[kk][r] = pack_pair<Element>(s_acc[8 * kk + 2 * r], s_acc[8 * kk + 2 * r + 1]);
     };
     // Done with this warpgroup's rows of this work tile's Q (after its last QK and the softmax that may
     // read them again): the producer may load the next work tile's rows of this warpgroup.
@@ -537,7 +557,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       fence_proxy_async();  // this thread's writes, visible to the TMA unit's reads
       named_bar_sync(kOBar + cwg, 128);  // all 128 threads of this warpgroup have written and fenced its rows
       if (kCausal && kRaggedFirst && t.row_tile == 0) {  // rows before 0: the warpgroup copies its rows >= 0
-        half* o_head = o + (size_t(t.batch) * heads + t.head) * size_t(seq_len) * kD;
+        Element* o_head = o + (size_t(t.batch) * heads + t.head) * size_t(seq_len) * kD;
         for (int c = threadIdx.x % 128; c < kWgRows * (kD / 8); c += 128) {
           const int local = cwg * kWgRows + c / (kD / 8), col = 8 * (c % (kD / 8)), row = local - row_shift;
           if (row >= 0)
@@ -558,14 +578,15 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
 }
 
 #define FLASH_V25_PARAMS                                                                                       \
-  const half* __restrict__ q, const half* __restrict__ k, const half* __restrict__ v, half* __restrict__ o,   \
-      int seq_len, float scale_log2, const __grid_constant__ CUtensorMap tmap_q,                               \
+  const Element* __restrict__ q, const Element* __restrict__ k, const Element* __restrict__ v,                 \
+      Element* __restrict__ o, int seq_len, float scale_log2, const __grid_constant__ CUtensorMap tmap_q,      \
       const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,                  \
-      const __grid_constant__ CUtensorMap tmap_o, int row_tiles, int batch_heads, int heads,                   \
+      const __grid_constant__ CUtensorMap tmap_o, int row_tiles, int batch_heads, int heads, int kv_group,     \
       const int4* __restrict__ work_list
 // Every S but those the next entry takes.
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attention_forward(FLASH_V25_PARAMS) {
-  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list, o);
+  attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, kv_group,
+                   work_list, o);
 }
 // S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys): the key tiles (and under
 // the mask the row tiles) laid out from S's end. At another S it would drop keys or mask whole tiles;
@@ -573,6 +594,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attenti
 // every wgmma of the entry, C7511).
 extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 flash_attention_forward_ragged_first(FLASH_V25_PARAMS) {
-  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, work_list, o);
+  attention<true>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, kv_group,
+                  work_list, o);
 }
 #undef FLASH_V25_PARAMS

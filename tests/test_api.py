@@ -46,15 +46,20 @@ def call(q, k=None, v=None, **kw):
     ((Stand(BSHD),), {"layout": "sbhd"}, "layout 'sbhd' is not one of 'bshd' (FlashAttention's [B, S, H, D]), "
                                         "'bhsd' (SDPA's [B, H, S, D])"),
     ((Stand((1000, 3, 128)),), {}, "q has 3 dimensions, not 4 (FlashAttention's [B, S, H, D])"),
-    ((Stand(BSHD), Stand((2, 1000, 1, 128))), {}, "k has 1 heads and q 3: grouped K/V heads (GQA, MQA) are not run yet"),
+    ((Stand((2, 1000, 6, 128)), Stand((2, 1000, 4, 128)), Stand((2, 1000, 4, 128))), {},
+     "6 query heads do not share 4 K/V heads evenly (grouped K/V heads need H_kv to divide H)"),
     ((Stand(BSHD), Stand(BSHD), Stand((2, 999, 3, 128))), {},
-     "v is [B, H, S, D] = [2, 3, 999, 128], q [2, 3, 1000, 128]: q, k and v must have one shape"),
+     "v is [B, H, S, D] = [2, 3, 999, 128], q [2, 3, 1000, 128]: q, k and v must agree in B, S"),
+    ((Stand(BSHD), Stand(BSHD), Stand((2, 1000, 1, 128))), {}, "v is [B, H, S, D] = [2, 1, 1000, 128]"),
     ((Stand((2, 0, 3, 128)),), {}, "an empty input, [B, H, S, D] = [2, 3, 0, 128]"),
-    ((Stand(BSHD, dtype="torch.float32"),), {}, "float32 inputs; the line runs fp16"),
+    ((Stand(BSHD, dtype="torch.float32"),), {}, "float32 inputs; the line runs fp16 and bf16"),
     ((Stand(BSHD), Stand(BSHD, dtype="torch.bfloat16")), {}, "q, k and v have different element types (bfloat16, float16)"),
-    ((Stand(BSHD, dtype="torch.bfloat16"),), {},
-     "mask none, D=128, bf16 is not a configuration the line runs; it runs dense (mask none, D=128, fp16), "
-     "causal (mask causal, D=128, fp16)"),
+    ((Stand(BSHD, dtype="torch.bfloat16"),), {"causal": True},
+     "mask causal, D=128, bf16 is not a configuration the line runs; it runs dense (mask none, D=128, fp16), "
+     "causal (mask causal, D=128, fp16), bf16 (mask none, D=128, bf16), gqa (mask none, D=128, fp16, grouped K/V "
+     "heads)"),
+    ((Stand((2, 1000, 8, 128)), Stand((2, 1000, 2, 128)), Stand((2, 1000, 2, 128))), {"causal": True},
+     "mask causal, D=128, fp16, grouped K/V heads is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 64)),), {"causal": True}, "mask causal, D=64, fp16 is not a configuration the line runs"),
     ((Stand(BSHD, device="cpu"),), {}, "the inputs are on the cpu; it runs on a CUDA GPU"),
     ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices"),
@@ -88,6 +93,10 @@ def test_each_configuration_asks_for_its_best_build(settings):
     assert api.configuration_for(settings, False, 128, "fp16")[1] == settings.headline_in(settings.configurations[0])[0]
     causal, build = api.configuration_for(settings, True, 128, "fp16")
     assert causal.causal and build == settings.headline_in(causal)[0] and build.endswith(".causal")
+    bf16, build = api.configuration_for(settings, False, 128, "bf16")
+    assert bf16.dtype == "bf16" and build.endswith(".bf16")
+    grouped, build = api.configuration_for(settings, False, 128, "fp16", grouped=True)
+    assert grouped.kv_group > 1 and build.endswith(".gqa")
 
 
 def test_an_input_is_read_as_it_lies_where_tma_can_and_copied_where_it_cannot():
@@ -113,11 +122,30 @@ def _torch():
 
 
 def _sdpa(torch, q, k, v, causal, layout):
-    """SDPA's math backend in fp32 on the same values, in `layout`."""
+    """SDPA's math backend in fp32 on the same values, in `layout` (K and V of fewer heads: enable_gqa)."""
     f = (lambda x: x.float().transpose(1, 2)) if layout == "bshd" else (lambda x: x.float())
+    q, k, v = f(q), f(k), f(v)
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-        out = torch.nn.functional.scaled_dot_product_attention(f(q), f(k), f(v), is_causal=causal)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                               enable_gqa=k.shape[1] != q.shape[1])
     return out.transpose(1, 2) if layout == "bshd" else out
+
+
+# The largest error against SDPA's fp32 math that passes, and a defect that must fail: bf16 keeps 8 bits
+# of mantissa to fp16's 11, so its outputs round 8 times as coarsely.
+WITHIN = {"float16": (4e-3, 0.05), "bfloat16": (3e-2, 0.4)}
+
+
+def _agrees(torch, out, q, k, v, causal, layout):
+    """`out` within WITHIN of SDPA on the same values, and the same comparison failing with one element of
+    one row moved (a planted defect)."""
+    within, defect = WITHIN[str(out.dtype).removeprefix("torch.")]
+    ref = _sdpa(torch, q, k, v, causal, layout)
+    err = (out.float() - ref).abs()
+    assert err.max().item() < within, (err.max().item(), err.flatten(0, -2).amax(-1).argmax().item())
+    S = out.shape[1] if layout == "bshd" else out.shape[2]
+    out[0, S // 2 if layout == "bshd" else 0, 0 if layout == "bshd" else S // 2, 5] += defect
+    assert (out.float() - ref).abs().max().item() > within
 
 
 @pytest.mark.gpu
@@ -132,12 +160,25 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
     out = flashbench.flash_attention(q, k, v, causal=causal, layout=layout)
     assert out.shape == shape and out.dtype == torch.float16
-    ref = _sdpa(torch, q, k, v, causal, layout)
-    err = (out.float() - ref).abs()
-    assert err.max().item() < 4e-3, (err.max().item(), err.flatten(0, -2).amax(-1).argmax().item())
-    # a planted defect in one row fails the same comparison
-    out[0, S // 2 if layout == "bshd" else 0, 0 if layout == "bshd" else S // 2, 5] += 0.05
-    assert (out.float() - ref).abs().max().item() > 4e-3
+    _agrees(torch, out, q, k, v, causal, layout)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("S", [1000, 150])
+@pytest.mark.parametrize("dtype, kv_heads", [("bfloat16", 6), ("float16", 2), ("float16", 1)])
+def test_bf16_and_grouped_kv_heads_agree_with_sdpa(layout, S, dtype, kv_heads, tmp_path, monkeypatch):
+    """bf16 (6 heads of K and V for 6 of Q) and fp16 on grouped K/V heads: 3 query heads a K/V head (GQA),
+    and all 6 on one (MQA)."""
+    torch = _torch()
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
+    B, H, D = 2, 6, 128
+    shape = lambda heads: (B, S, heads, D) if layout == "bshd" else (B, heads, S, D)  # noqa: E731
+    q = torch.randn(shape(H), device="cuda", dtype=getattr(torch, dtype))
+    k, v = (torch.randn(shape(kv_heads), device="cuda", dtype=q.dtype) for _ in range(2))
+    out = flashbench.flash_attention(q, k, v, layout=layout)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    _agrees(torch, out, q, k, v, False, layout)
 
 
 @pytest.mark.gpu
@@ -185,16 +226,19 @@ def test_a_call_captured_in_a_cuda_graph_replays_on_new_inputs(tmp_path, monkeyp
                 flashbench.flash_attention(q[:, :999], k[:, :999], v[:, :999])
 
 
-# Calls in both layouts, with and without the mask, at two ragged S (150: the entry for a last key tile
-# of 1 to 32 keys; 1050: the other) and an odd B*H: what compute-sanitizer runs. FlashAttention's layout
+# Calls in both layouts, with and without the mask, in bf16, on one K/V head for three query heads, at two
+# ragged S (150: the entry for a last key tile of 1 to 32 keys; 1050: the other) and an odd B*H: what
+# compute-sanitizer runs. FlashAttention's layout
 # reads each head's rows H*D apart, which the pipeline's contiguous inputs never do.
 CALLS = """
 import sys, torch, flashbench
 for layout in ("bshd", "bhsd"):
-    for causal in (False, True):
+    for causal, dtype, kv_heads in ((False, torch.float16, 3), (True, torch.float16, 3), (False, torch.bfloat16, 3),
+                                    (False, torch.float16, 1)):
         for S in (150, 1050):
-            shape = (1, S, 3, 128) if layout == "bshd" else (1, 3, S, 128)
-            q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
+            shape = lambda heads: (1, S, heads, 128) if layout == "bshd" else (1, heads, S, 128)
+            q = torch.randn(shape(3), device="cuda", dtype=dtype)
+            k, v = (torch.randn(shape(kv_heads), device="cuda", dtype=dtype) for _ in range(2))
             flashbench.flash_attention(q, k, v, causal=causal, layout=layout)
 torch.cuda.synchronize()
 """

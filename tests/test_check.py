@@ -128,7 +128,7 @@ def at_the_case():
     shape = Shape(1, 64, 1024, 128)
     q, k, v, _ = attention.random_inputs(np, shape, np.random.default_rng(7))
     ref = attention.reference(q, k, v, np, max_logit_bytes=ONE_HEAD_AT_THE_CASE)
-    yardstick = attention.errors(attention.plain_fp16(q, k, v, np, max_logit_bytes=ONE_HEAD_AT_THE_CASE), ref, np)
+    yardstick = attention.errors(attention.plain_code(q, k, v, np, max_logit_bytes=ONE_HEAD_AT_THE_CASE), ref, np)
     return q, k, v, ref, yardstick, ref.astype(np.float16)
 
 

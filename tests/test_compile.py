@@ -520,15 +520,40 @@ def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records
         assert len(_turns(entries["flash_attention_forward"])) == 2
 
 
+def test_v25_in_bf16_and_on_grouped_kv_heads_keeps_the_fp16_builds_turns(records, built):
+    """The bf16 build (FLASH_BF16=1) is the fp16 one with bf16 inputs to every wgmma; the grouped build
+    (FLASH_GROUPED_KV=1) the fp16 one with each K and V load's head divided by the group. Both keep its
+    resources, entries and turns (no wgmma serialised), and their contracts say what they take."""
+    v25 = records[("v25", "sm_90a")]
+    bf16, gqa = records[("v25.bf16", "sm_90a")], records[("v25.gqa", "sm_90a")]
+    assert bf16["launch"] == {**v25["launch"], "dtype": "bf16"} and bf16["defines"] == {"FLASH_BF16": 1}
+    assert gqa["launch"] == {**v25["launch"], "grouped_kv": True} and gqa["defines"] == {"FLASH_GROUPED_KV": 1}
+    fp16_entries = _functions(_sass(v25, built))
+    fp16_turns = {name: [len(turn) for turn in _turns(text)] for name, text in fp16_entries.items()}
+    for build in (bf16, gqa):
+        for key in ("registers", "spill_bytes", "stack_frame_bytes"):
+            assert build[key] == v25[key], key
+        for name, sass_text in _functions(_sass(build, built)).items():
+            gmma = [line for line in _instructions(sass_text) if "HGMMA" in line]
+            assert len(gmma) == sum("HGMMA" in line for line in _instructions(fp16_entries[name]))
+            assert all((".BF16" in line) == (build is bf16) for line in gmma)
+            assert [len(turn) for turn in _turns(sass_text)] == pytest.approx(fp16_turns[name], abs=2)
+
+
 @pytest.mark.parametrize("build, contract, message", [
-    ("v25.causal", {}, "built for the configuration causal (mask causal), its launch contract says not causal"),
-    ("v25", {"causal": True}, "built for the configuration dense (mask none), its launch contract says causal"),
+    ("v25.causal", {"head_dim": 128}, "built for the configuration causal, its launch contract says causal False "
+                                      "(asked True)"),
+    ("v25", {"head_dim": 128, "causal": True}, "built for the configuration dense, its launch contract says causal True "
+                                               "(asked False)"),
+    ("v25.bf16", {"head_dim": 128}, "says dtype fp16 (asked bf16)"),
+    ("v25.gqa", {"head_dim": 128}, "says grouped_kv False (asked True)"),
 ])
-def test_a_build_whose_contract_states_another_mask_is_refused(tmp_path, capsys, monkeypatch, settings, build, contract,
-                                                               message):
+def test_a_build_whose_contract_states_another_configuration_is_refused(tmp_path, capsys, monkeypatch, settings, build,
+                                                                        contract, message):
     """A kernel in a configuration is built with the configuration's parameters (FLASH_CAUSAL=1 for the
-    causal one), and its launch contract must say the mask back: a source that ignores the parameter
-    would be checked and timed as what it does not compute. No record is written."""
+    causal one, FLASH_BF16=1 for bf16), and its launch contract must say the mask, the element type and
+    the head dim back, and take grouped K/V heads where the configuration groups them: a source that
+    ignores a parameter would be checked and timed as what it does not compute. No record is written."""
     import flashbench.compile
 
     monkeypatch.chdir(ROOT)
@@ -543,5 +568,7 @@ def test_a_build_whose_contract_states_another_mask_is_refused(tmp_path, capsys,
     record = tmp_path / "out.json"
     assert cli.main(["compile", "--settings", "settings.json", "--kernel", build, "--arch", "sm_90a",
                      f"--cubin={tmp_path / 'out.cubin'}", f"--record={record}"]) == 1
-    assert given == {"name": build, "defines": {"FLASH_CAUSAL": 1} if build.endswith("causal") else {}}
+    assert given == {"name": build, "defines": settings.run(build).configuration.defines}
+    assert given["defines"] == {"v25.causal": {"FLASH_CAUSAL": 1}, "v25.bf16": {"FLASH_BF16": 1},
+                                "v25.gqa": {"FLASH_GROUPED_KV": 1}}.get(build, {})
     assert message in capsys.readouterr().err and not record.exists()

@@ -165,21 +165,27 @@ def test_snakemake_rejects_bad_config_before_any_job(tmp_path):
 
 def test_configurations_name_each_kernel_build_and_peer_run_the_first_keeping_its_names():
     settings = validate(CONFIG, root=ROOT)
-    assert [c.name for c in settings.configurations] == ["dense", "causal"]
-    assert [c.causal for c in settings.configurations] == [False, True]
+    assert [c.name for c in settings.configurations] == ["dense", "causal", "bf16", "gqa"]
+    assert [(c.causal, c.dtype, c.kv_group) for c in settings.configurations] == [
+        (False, "fp16", 1), (True, "fp16", 1), (False, "bf16", 1), (False, "fp16", 8)]
     builds = {run.name: run for run in settings.kernel_builds()}
     assert list(builds)[:2] == ["v11", "v12"] and "v25.causal" in builds and "v24.causal" not in builds
     assert builds["v25.causal"].of == "v25" and builds["v25.causal"].configuration.causal
     assert settings.defines("v25.causal") == {"FLASH_CAUSAL": 1} and settings.defines("br128") == {"BLOCK_ROWS": 128}
+    assert settings.defines("v25.bf16") == {"FLASH_BF16": 1} and settings.defines("v25.gqa") == {"FLASH_GROUPED_KV": 1}
     assert settings.run("sdpa_cudnn.causal").of == "sdpa_cudnn" and settings.run("sdpa_cudnn").configuration.name == "dense"
-    # a peer runs in every configuration unless it names them: the head-to-head's rivals under the mask too
-    causal_peers = [run.of for run in settings.peer_runs() if run.configuration.causal]
-    assert causal_peers == ["sdpa_auto", "sdpa_cudnn", "flash_attn_cute"]
-    assert set(causal_peers) == set(settings.head_to_head["rivals"])
-    assert settings.contestants(settings.configurations[1]) == ["v25.causal", *(f"{n}.causal" for n in settings.head_to_head["rivals"])]
+    # a peer runs in every configuration unless it names them: the head-to-head's rivals in each
+    for configuration in settings.configurations[1:]:
+        peers_there = [run.of for run in settings.peer_runs() if run.configuration == configuration]
+        assert peers_there == ["sdpa_auto", "sdpa_cudnn", "flash_attn_cute"]
+        assert set(peers_there) == set(settings.head_to_head["rivals"])
+        suffix = f".{configuration.name}"
+        assert settings.contestants(configuration) == [f"v25{suffix}", *(f"{n}{suffix}" for n in settings.head_to_head["rivals"])]
     # and the runs in table order: each configuration's kernels, then its peers
-    assert [run.name for run in settings.runs()][-4:] == ["v25.causal", "sdpa_auto.causal", "sdpa_cudnn.causal",
-                                                         "flash_attn_cute.causal"]
+    assert [run.name for run in settings.runs()][-4:] == ["v25.gqa", "sdpa_auto.gqa", "sdpa_cudnn.gqa", "flash_attn_cute.gqa"]
+    # the K/V heads of each configured H: 8 of 64 (the case), and one for the check's 3, 5, 8 and 16 (two)
+    gqa = settings.configurations[3]
+    assert [gqa.kv_heads(H) for H in (64, 16, 8, 5, 3)] == [8, 2, 1, 1, 1]
     # the first configuration's jobs read what they read before configurations; another's reads its own
     assert "configuration" not in settings.used_by("check", "v25")
     assert settings.used_by("check", "v25.causal")["configuration"]["mask"] == "causal"

@@ -78,7 +78,7 @@ CONTRACT = {"threads": 256, "block_rows": 128, "block_cols": 128, "dynamic_smem_
 
 
 def _fake_encoder(calls):
-    def encode(address, rows, cols, box, swizzle):
+    def encode(address, rows, cols, box, swizzle, data_type):
         calls.append((address, rows, cols, box, swizzle))
         m, owner = tensormap._aligned_tensor_map()
         m.opaque[0] = address  # recognisable bytes
@@ -155,7 +155,7 @@ def test_a_kernel_by_head_takes_any_s_on_as_many_row_tiles_as_cover_it():
 
 def test_a_parameter_block_by_head_encodes_4d_maps_and_ends_with_the_heads_per_batch(monkeypatch):
     calls = []
-    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle, strides: (
+    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle, strides, data_type: (
         calls.append((address, shape, box, strides)), tensormap._aligned_tensor_map())[1])
     q, k, v, o = 0x10000, 0x20000, 0x30000, 0x40000
     params = launch._tensor_map_params(BY_HEAD, q, k, v, o, seq_len=1000, heads=6, scale_log2=1.0, row_tiles=8,
@@ -163,11 +163,36 @@ def test_a_parameter_block_by_head_encodes_4d_maps_and_ends_with_the_heads_per_b
     assert calls == [(q, (2, 3, 1000, 128), (64, 64), None), (k, (2, 3, 1000, 128), (64, 128), (384000, 128, 384)),
                      (v, (2, 3, 1000, 128), (64, 128), None), (o, (2, 3, 1000, 128), (64, 64), None)]
     pointers = ctypes.cast(params.ptr, ctypes.POINTER(ctypes.c_void_p))
-    assert len(params.values) == 13
-    assert [ctypes.cast(pointers[i], ctypes.POINTER(ctypes.c_int32)).contents.value for i in (10, 11, 12)] == [8, 6, 3]
+    assert len(params.values) == 14  # ..., row tiles, heads, heads per batch, K/V group
+    assert [ctypes.cast(pointers[i], ctypes.POINTER(ctypes.c_int32)).contents.value for i in (10, 11, 12, 13)] == \
+        [8, 6, 3, 1]
     with pytest.raises(FlashbenchError, match="heads per batch"):
         launch._tensor_map_params(BY_HEAD, q, k, v, o, seq_len=1000, heads=6, scale_log2=1.0, row_tiles=8,
                                   heads_per_batch=4)
+
+
+def test_grouped_kv_heads_map_k_and_v_over_their_own_heads_and_pass_the_group_after_the_heads(monkeypatch):
+    """A kernel with grouped K/V heads (V25 on) reads K and V of H / kv_group heads: their maps have
+    that many heads, and kv_group follows the heads per batch. A bf16 build's maps are of bf16; a
+    group the kernel does not take, or one that does not divide H, is refused."""
+    calls = []
+    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle, strides, data_type: (
+        calls.append((address, shape, data_type)), tensormap._aligned_tensor_map())[1])
+    grouped = {**BY_HEAD, "grouped_kv": True, "dtype": "bf16"}
+    q, k, v, o = 0x10000, 0x20000, 0x30000, 0x40000
+    params = launch._tensor_map_params(grouped, q, k, v, o, seq_len=1000, heads=16, scale_log2=1.0, row_tiles=8,
+                                       heads_per_batch=8, kv_group=4)
+    bf16 = tensormap.DATA_TYPES["bf16"]
+    assert calls == [(q, (2, 8, 1000, 128), bf16), (k, (2, 2, 1000, 128), bf16), (v, (2, 2, 1000, 128), bf16),
+                     (o, (2, 8, 1000, 128), bf16)]
+    pointers = ctypes.cast(params.ptr, ctypes.POINTER(ctypes.c_void_p))
+    assert len(params.values) == 14
+    assert [ctypes.cast(pointers[i], ctypes.POINTER(ctypes.c_int32)).contents.value for i in (10, 11, 12, 13)] == \
+        [8, 16, 8, 4]
+    for contract, group in ((grouped, 3), (BY_HEAD, 2)):
+        with pytest.raises(FlashbenchError, match="groups of"):
+            launch._tensor_map_params(contract, q, k, v, o, seq_len=1000, heads=16, scale_log2=1.0, row_tiles=8,
+                                      heads_per_batch=8, kv_group=group)
 
 
 def test_a_kernel_that_walks_a_work_list_is_passed_its_address_last(monkeypatch):
@@ -176,8 +201,8 @@ def test_a_kernel_that_walks_a_work_list_is_passed_its_address_last(monkeypatch)
     params = launch._tensor_map_params(listed, 0x10000, 0x20000, 0x30000, 0x40000, seq_len=1000, heads=6,
                                        scale_log2=1.0, row_tiles=8, heads_per_batch=3, work_list=0x50000)
     pointers = ctypes.cast(params.ptr, ctypes.POINTER(ctypes.c_void_p))
-    assert len(params.values) == 14
-    assert ctypes.cast(pointers[13], ctypes.POINTER(ctypes.c_uint64)).contents.value == 0x50000
+    assert len(params.values) == 15
+    assert ctypes.cast(pointers[14], ctypes.POINTER(ctypes.c_uint64)).contents.value == 0x50000
     with pytest.raises(FlashbenchError, match="work list"):
         launch._tensor_map_params(listed, 1 << 16, 2 << 16, 3 << 16, 4 << 16, seq_len=1000, heads=6, scale_log2=1.0,
                                   row_tiles=8, heads_per_batch=3)
@@ -287,7 +312,7 @@ def test_a_work_list_is_made_once_per_logical_grid_and_kept_while_parameter_bloc
     blocks' cache, which lets entries go after 16 shapes. A launch may be given its stream and the
     arrays' strides (flash_attention: torch's stream, FlashAttention's layout)."""
     encoded, made, streams = [], [], []
-    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle, strides: (
+    monkeypatch.setattr(tensormap, "encode_by_head", lambda address, shape, box, swizzle, strides, data_type: (
         encoded.append(strides), tensormap._aligned_tensor_map())[1])
     kernel = _persistent_stub(contract={**BY_HEAD, "work_list": {"l2_section_bytes": 16 << 20}})
     kernel._work_lists, kernel.dynamic_smem = {}, 0

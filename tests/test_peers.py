@@ -60,9 +60,11 @@ def test_a_peer_keeps_the_tensors_of_every_input_set_at_one_shape(monkeypatch):
             self.data = SimpleNamespace(ptr=len(made) + 1)
             made.append(self)
 
-    monkeypatch.setattr(peers.attention, "random_inputs", lambda cp, shape, rng, kind: tuple(Array() for _ in range(4)))
+    monkeypatch.setattr(peers.attention, "random_inputs", lambda cp, shape, rng, kind, dtype, kv_heads:
+                        tuple(Array() for _ in range(4)))
     peer = object.__new__(peers.FlashAttnCutePeer)  # no torch here: only what inputs() and the cache use
     peer.cp, peer._tensors, peer._tensors_shape = None, {}, None
+    peer.configuration, peer.dtype = config.DENSE, "fp16"
     peer.torch = SimpleNamespace(from_dlpack=lambda array: array)
     copies = []
     monkeypatch.setattr(peer, "_as_input", lambda tensor: copies.append(tensor) or f"copy of {tensor.data.ptr}")

@@ -59,21 +59,21 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     # every kernel build and peer run in each configuration it runs in; the profile in the first
     n, peers = len(settings.kernel_builds()), len(settings.peer_runs())
     configured = [c for c in settings.configurations if settings.headline_in(c)]
-    assert len(configured) == len(settings.configurations) == 2  # the head-to-head in each configuration
+    assert len(configured) == len(settings.configurations) == 4  # the head-to-head in each configuration
     assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "check_kernel": n,
                                        "bench_kernel": n, "sweep_kernel": n, "profile_kernel": len(settings.kernels),
                                        "check_peer": peers, "bench_peer": peers, "sweep_peer": peers, "summarize": 1,
                                        "render_report": 1, "compare_gpus": 1, "report_pages": 1, "comparison_page": 1,
-                                       "report": 1, "head_to_head_point": len(settings.headline_shapes()) * 2,
+                                       "report": 1, "head_to_head_point": len(settings.headline_shapes()) * 4,
                                        "cycles_kernel": n, "cycles_peer": peers}
     for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
         assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
         assert f"results/nvidia-h200/sweep/{name}.json" in proc.stdout
     assert "results/nvidia-h200/profile/v12.json" in proc.stdout
     assert "reports/nvidia-h200/report.md" in proc.stdout and "reports/nvidia-h200/sweep.png" in proc.stdout
-    for point in ("S1024", "S512", "S16384", "S1024.causal", "S16384.causal"):  # the case, then every other length
+    for point in ("S1024", "S512", "S16384", "S1024.causal", "S16384.causal", "S4096.bf16", "S4096.gqa"):
         assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
-    for run in ("v25.causal", "sdpa_cudnn.causal", "flash_attn_cute.causal"):
+    for run in ("v25.causal", "sdpa_cudnn.causal", "flash_attn_cute.causal", "v25.bf16", "flash_attn_cute.gqa"):
         assert all(f"results/nvidia-h200/{stage}/{run}.json" in proc.stdout for stage in ("bench", "sweep", "cycles"))
     assert "results/nvidia-h200/cycles/flash_attn_cute.json" in proc.stdout
     assert "results/nvidia-h200/head_to_head.csv" in proc.stdout and "results/nvidia-h200/cycles.csv" in proc.stdout
@@ -387,6 +387,8 @@ def measured(tmp_path_factory, built):
     for name in yaml.safe_load(text)["configurations"]:
         if name not in ran_in:
             text = re.sub(rf"^  {name}: \{{.*\}}\n", "", text, count=1, flags=re.M)
+    text = re.sub(r"^(    configurations: )\[(.*)\]", lambda m: m[1] + "[" + ", ".join(
+        name for name in m[2].split(", ") if name in ran_in) + "]", text, flags=re.M)  # and from what runs in them
     (checkout / "config.yaml").write_text(text)
     # the builds of these versions: all done (a shorter list remakes the all-built mark, here, without a GPU)
     assert snakemake(checkout, "build/all-built").returncode == 0

@@ -3,7 +3,9 @@
     out = flashbench.flash_attention(q, k, v, causal=True)  # q, k, v: [B, S, H, D] fp16 on an H100/H200
 
 The kernel is config.yaml's best headline version that runs in the configuration the call asks for
-(the mask, D, the element type): V25 today, D=128 fp16, with or without the causal mask, any S. Both
+(the mask, D, the element type, and whether K and V have fewer heads than Q): V25 today, D=128, any S,
+fp16 with or without the causal mask, bf16 without it, and fp16 on grouped K/V heads (GQA, MQA: any
+H_kv that divides H, as the build of the configuration with a kv_group takes the group at launch). Both
 come from the flashbench checkout (an editable install's, or the one FLASHBENCH_ROOT names). It is
 compiled with nvcc on its first call in a process (into FLASHBENCH_CACHE, ~/.cache/flashbench unless
 set, and reused from there while its source, headers, flags and nvcc stay the same), and launched on
@@ -13,8 +15,8 @@ Inputs are read where they lie: the kernel's TMA reads any [B, H, S, D] view who
 whose other strides are multiples of 16 bytes, FlashAttention's [B, S, H, D] (`layout="bshd"`, the
 default) and SDPA's [B, H, S, D] (`layout="bhsd"`) among them; an input laid out otherwise is copied
 first. The output is a new [B, H, S, D] buffer, returned as the layout asked (for "bshd" a transposed
-view of it). What the line does not run yet (another D, bf16, grouped K/V heads, a GPU other than
-sm_90) is refused with one line that says so.
+view of it). What the line does not run yet (another D, a mask and element type no configuration
+pairs, a GPU other than sm_90) is refused with one line that says so.
 
 Before a CUDA graph captures a call, make one call at that shape outside the capture: it builds the
 kernel and the work list the persistent grid walks (kept for the life of the process, as a graph
@@ -35,12 +37,13 @@ _kernels: dict = {}  # (build, device index) -> AttentionKernel, for the process
 
 
 def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax_scale: float | None = None):
-    """softmax(q k^T * softmax_scale, masked after each query where `causal`) v, for torch tensors q, k,
-    v of one shape in `layout` ("bshd": [B, S, H, D], "bhsd": [B, H, S, D]) on one CUDA device; returns
-    the output in the same layout. softmax_scale: 1/sqrt(D) unless given."""
-    B, H, S, D = _shape(q, k, v, layout)
+    """softmax(q k^T * softmax_scale, masked after each query where `causal`) v, for torch tensors in
+    `layout` ("bshd": [B, S, H, D], "bhsd": [B, H, S, D]) on one CUDA device, k and v of H or fewer heads
+    (each read by H / H_kv consecutive query heads, as SDPA's enable_gqa); returns the output in the same
+    layout. softmax_scale: 1/sqrt(D) unless given."""
+    B, H, S, D, kv_heads = _shape(q, k, v, layout)
     device = _device(q, k, v)
-    _, build = configuration_for(_settings(), causal, D, _dtype(q, k, v))
+    _, build = configuration_for(_settings(), causal, D, _dtype(q, k, v), grouped=kv_heads != H)
     import torch
 
     from .config import Shape
@@ -50,22 +53,22 @@ def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax
         raise FlashbenchError(f"flash_attention: {reason}")
     q, k, v = (_readable(x, layout) for x in (q, k, v))
     o = torch.empty((B, H, S, D), dtype=q.dtype, device=q.device)
-    row_tiles = kernel.row_tiles(S)
+    row_tiles, kv_group = kernel.row_tiles(S), H // kv_heads
     with kernel.cp.cuda.Device(device):
-        if torch.cuda.is_current_stream_capturing() and not kernel.work_list_made(row_tiles, B * H, H, S):
+        if torch.cuda.is_current_stream_capturing() and not kernel.work_list_made(row_tiles, B * H, H, S, kv_group):
             raise FlashbenchError(f"flash_attention: first called at B={B} H={H} S={S} inside a CUDA graph capture; "
                                   "call it once at that shape before capturing (it makes the kernel's work list)")
         kernel.launch(row_tiles, B * H, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), S,
                       None if softmax_scale is None else float(softmax_scale), H,
                       strides={name: _bhs_strides(x, layout) for name, x in (("q", q), ("k", k), ("v", v))},
-                      stream=torch.cuda.current_stream(device).cuda_stream)
+                      stream=torch.cuda.current_stream(device).cuda_stream, kv_group=kv_group)
     return o.transpose(1, 2) if layout == "bshd" else o
 
 
 # ---- what a call may be given (no torch needed: the refusals are tested without a GPU) ---------------
 
-def _shape(q, k, v, layout: str) -> tuple[int, int, int, int]:
-    """B, H, S, D of q, whose k and v must have the same shape."""
+def _shape(q, k, v, layout: str) -> tuple[int, int, int, int, int]:
+    """B, H, S, D of q and H_kv, the heads of k and v, which must have q's shape but for H_kv dividing H."""
     if layout not in LAYOUTS:
         raise FlashbenchError(f"flash_attention: layout {layout!r} is not one of "
                               + ", ".join(f"{name!r} ({what})" for name, what in LAYOUTS.items()))
@@ -79,16 +82,18 @@ def _shape(q, k, v, layout: str) -> tuple[int, int, int, int]:
         B, X, Y, D = (int(n) for n in shape)
         shapes[name] = (B, X, Y, D) if layout == "bhsd" else (B, Y, X, D)
     B, H, S, D = shapes["q"]
+    kv_heads = shapes["k"][1]
     for name in ("k", "v"):
-        if shapes[name][1] != H and shapes[name][::2] == (B, S) and shapes[name][3] == D:
-            raise FlashbenchError(f"flash_attention: {name} has {shapes[name][1]} heads and q {H}: grouped K/V heads "
-                                  "(GQA, MQA) are not run yet")
-        if shapes[name] != shapes["q"]:
+        if (shapes[name][0], shapes[name][2], shapes[name][3]) != (B, S, D) or shapes[name][1] != kv_heads:
             raise FlashbenchError(f"flash_attention: {name} is [B, H, S, D] = {list(shapes[name])}, q {list(shapes['q'])}: "
-                                  "q, k and v must have one shape (S of the keys as of the queries)")
-    if min(B, H, S, D) < 1:
-        raise FlashbenchError(f"flash_attention: an empty input, [B, H, S, D] = {[B, H, S, D]}")
-    return B, H, S, D
+                                  "q, k and v must agree in B, S (of the keys as of the queries) and D, and k and v "
+                                  "in H")
+    if min(B, H, S, D, kv_heads) < 1:
+        raise FlashbenchError(f"flash_attention: an empty input, [B, H, S, D] = {[B, H, S, D]}, {kv_heads} K/V heads")
+    if H % kv_heads:
+        raise FlashbenchError(f"flash_attention: {H} query heads do not share {kv_heads} K/V heads evenly (grouped K/V "
+                              "heads need H_kv to divide H)")
+    return B, H, S, D, kv_heads
 
 
 def _dtype(q, k, v) -> str:
@@ -98,7 +103,7 @@ def _dtype(q, k, v) -> str:
     name = names.pop()
     dtype = {"float16": "fp16", "bfloat16": "bf16"}.get(name)
     if dtype is None:
-        raise FlashbenchError(f"flash_attention: {name} inputs; the line runs fp16")
+        raise FlashbenchError(f"flash_attention: {name} inputs; the line runs fp16 and bf16")
     return dtype
 
 
@@ -112,18 +117,24 @@ def _device(q, k, v) -> int:
     return index or 0
 
 
-def configuration_for(settings, causal: bool, D: int, dtype: str):
-    """The configuration of the settings a call asks for, and its best build there, or a FlashbenchError
-    that says what the line runs."""
+def configuration_for(settings, causal: bool, D: int, dtype: str, grouped: bool = False):
+    """The configuration of the settings a call asks for (`grouped`: K and V of fewer heads than Q, which
+    a configuration with a kv_group runs, whatever the group), and its best build there, or a
+    FlashbenchError that says what the line runs."""
     mask = "causal" if causal else "none"
+
+    def said(mask, D, dtype, grouped):
+        return f"mask {mask}, D={D}, {dtype}{', grouped K/V heads' if grouped else ''}"
+
     for configuration in settings.configurations:
-        if (configuration.mask, configuration.D, configuration.dtype) == (mask, D, dtype):
+        if (configuration.mask, configuration.D, configuration.dtype, configuration.kv_group > 1) == \
+                (mask, D, dtype, grouped):
             builds = settings.headline_in(configuration)
             if builds:
                 return configuration, builds[0]
-    runs = ", ".join(f"{c.name} (mask {c.mask}, D={c.D}, {c.dtype})" for c in settings.configurations
+    runs = ", ".join(f"{c.name} ({said(c.mask, c.D, c.dtype, c.kv_group > 1)})" for c in settings.configurations
                      if settings.headline_in(c))
-    raise FlashbenchError(f"flash_attention: mask {mask}, D={D}, {dtype} is not a configuration the line runs; "
+    raise FlashbenchError(f"flash_attention: {said(mask, D, dtype, grouped)} is not a configuration the line runs; "
                           f"it runs {runs}")
 
 

@@ -1,14 +1,17 @@
 """The case's arithmetic (the write-up's formulas), the check's inputs, the fp32 reference and the
-plain-fp16 yardstick the check measures a kernel's error against."""
+plain-code yardstick (plain fp16 or bf16) the check measures a kernel's error against.
+
+Inputs are fp16 or bf16 (elements.py: bf16 as uint16 bit patterns). Q has H heads; K and V have H or,
+with grouped K/V heads, fewer, each read by H / H_kv consecutive query heads (query head h by K/V head
+h // (H / H_kv), as SDPA's enable_gqa and FlashAttention take them)."""
 from __future__ import annotations
 
 import math
 
+from . import elements
 from .config import Shape
 
 LOG2E = math.log2(math.e)
-FP16_NAN_BITS = 0x7E00  # poison: an element the kernel does not write stays NaN and fails
-FP16_HALF_ULP = 2.0**-11  # the largest relative rounding error of one fp16 value (its own rounding)
 
 # The inputs the check runs every shape on. Normal values are the write-up's; the others make the
 # online softmax work: late_max makes every earlier partial sum be rescaled by ~e^-10, far_max makes
@@ -55,10 +58,13 @@ def input_bytes(shape: Shape) -> int:
     return 3 * shape.B * shape.H * shape.S * shape.D * 2
 
 
-def random_inputs(cp, shape: Shape, rng, kind: str = "normal") -> tuple:
-    """Fresh random Q, K, V (fp16) of one of INPUT_KINDS and a NaN-poisoned O, all [B, H, S, D]."""
-    dims = (shape.B, shape.H, shape.S, shape.D)
-    q, k, v = (rng.standard_normal(dims, dtype=cp.float32) for _ in range(3))
+def random_inputs(cp, shape: Shape, rng, kind: str = "normal", dtype: str = "fp16", kv_heads: int | None = None
+                  ) -> tuple:
+    """Fresh random Q, K, V of `dtype` (fp16, bf16) of one of INPUT_KINDS and a NaN-poisoned O: Q and O
+    [B, H, S, D], K and V [B, kv_heads, S, D] (H unless given)."""
+    kv_dims = (shape.B, kv_heads or shape.H, shape.S, shape.D)
+    q = rng.standard_normal((shape.B, shape.H, shape.S, shape.D), dtype=cp.float32)
+    k, v = (rng.standard_normal(kv_dims, dtype=cp.float32) for _ in range(2))
     if kind == "large_logits":
         q *= math.sqrt(6.0)
         k *= math.sqrt(6.0)
@@ -73,11 +79,20 @@ def random_inputs(cp, shape: Shape, rng, kind: str = "normal") -> tuple:
         k[:] = k[:, :, :1, :]  # one key repeated: q.k is the same for every key of a row
     elif kind != "normal":
         raise ValueError(f"unknown input kind {kind!r} (one of {', '.join(INPUT_KINDS)})")
-    return (*(a.astype(cp.float16) for a in (q, k, v)), poisoned_output(cp, shape))
+    return (*(elements.from_float32(a, dtype, cp) for a in (q, k, v)), poisoned_output(cp, shape, dtype))
 
 
-def poisoned_output(cp, shape: Shape):
-    return cp.full((shape.B, shape.H, shape.S, shape.D), FP16_NAN_BITS, dtype=cp.uint16).view(cp.float16)
+def poisoned_output(cp, shape: Shape, dtype: str = "fp16"):
+    """[B, H, S, D] of `dtype`'s NaN: an element the kernel does not write stays NaN and fails."""
+    return elements.nan_filled(cp, (shape.B, shape.H, shape.S, shape.D), dtype)
+
+
+def _grouped(q, k, xp):
+    """K (or V) with each K/V head repeated for the query heads that read it: as many heads as q."""
+    group = q.shape[1] // k.shape[1]
+    if group * k.shape[1] != q.shape[1]:
+        raise ValueError(f"{q.shape[1]} query heads do not share {k.shape[1]} K/V heads evenly")
+    return xp.repeat(k, group, axis=1) if group > 1 else k
 
 
 def _head_chunks(B: int, H: int, S: int, max_logit_bytes: int):
@@ -100,32 +115,36 @@ def _softmax_rows(logits, xp):
 
 
 def reference(q, k, v, xp, causal: bool = False, max_logit_bytes: int = 1 << 30):
-    """softmax(Q K^T / sqrt(D)) V in fp32 for [B, H, S, D] arrays of numpy or cupy (`xp`), under the
-    causal mask (key j seen by query i for j <= i only) where `causal`. The scale is worked out here
-    from D, not shared with what the kernels are given."""
+    """softmax(Q K^T / sqrt(D)) V in fp32 for [B, H, S, D] arrays of numpy or cupy (`xp`) of fp16 or bf16
+    (K and V of H or fewer heads), under the causal mask (key j seen by query i for j <= i only) where
+    `causal`. The scale is worked out here from D, not shared with what the kernels are given."""
     B, H, S, D = q.shape
     out = xp.empty((B, H, S, D), dtype=xp.float32)
+    k, v = _grouped(q, k, xp), _grouped(q, v, xp)
     q3, k3, v3, o3 = (a.reshape(B * H, S, D) for a in (q, k, v, out))
     for sl in _head_chunks(B, H, S, max_logit_bytes):
-        logits = xp.matmul(q3[sl].astype(xp.float32), k3[sl].astype(xp.float32).transpose(0, 2, 1)) / math.sqrt(D)
-        o3[sl] = xp.matmul(_softmax_rows(_masked(logits, xp, causal), xp), v3[sl].astype(xp.float32))
+        q32, k32, v32 = (elements.to_float32(a[sl], xp) for a in (q3, k3, v3))
+        logits = xp.matmul(q32, k32.transpose(0, 2, 1)) / math.sqrt(D)
+        o3[sl] = xp.matmul(_softmax_rows(_masked(logits, xp, causal), xp), v32)
     return out
 
 
-def plain_fp16(q, k, v, xp, causal: bool = False, max_logit_bytes: int = 1 << 30):
-    """The yardstick: attention as plain fp16 code computes it (unfused PyTorch in half precision):
-    each product accumulated in fp32 and stored in fp16 (logits, scaled logits, softmax, output),
-    the mask applied to the scaled logits where `causal`."""
+def plain_code(q, k, v, xp, causal: bool = False, max_logit_bytes: int = 1 << 30):
+    """The yardstick: attention as plain code computes it in the inputs' element type (unfused PyTorch in
+    half precision, fp16 or bf16): each product accumulated in fp32 and stored in that type (logits,
+    scaled logits, softmax, output), the mask applied to the scaled logits where `causal`."""
     B, H, S, D = q.shape
-    f16, f32 = xp.float16, xp.float32
-    out = xp.empty((B, H, S, D), dtype=f16)
+    dtype, f32 = elements.of_array(q), xp.float32
+    out = xp.empty((B, H, S, D), dtype=elements.storage(xp, dtype))
+    k, v = _grouped(q, k, xp), _grouped(q, v, xp)
     q3, k3, v3, o3 = (a.reshape(B * H, S, D) for a in (q, k, v, out))
-    scale = f32(f16(1.0 / math.sqrt(D)))
+    scale = elements.rounded(xp.asarray([1.0 / math.sqrt(D)], dtype=f32), dtype, xp)[0]
     for sl in _head_chunks(B, H, S, max_logit_bytes):
-        logits = xp.matmul(q3[sl].astype(f32), k3[sl].astype(f32).transpose(0, 2, 1)).astype(f16)
-        logits = (logits.astype(f32) * scale).astype(f16).astype(f32)
-        p = _softmax_rows(_masked(logits, xp, causal), xp).astype(f16).astype(f32)
-        o3[sl] = xp.matmul(p, v3[sl].astype(f32)).astype(f16)
+        q32, k32, v32 = (elements.to_float32(a[sl], xp) for a in (q3, k3, v3))
+        logits = elements.rounded(xp.matmul(q32, k32.transpose(0, 2, 1)), dtype, xp)
+        logits = elements.rounded(logits * scale, dtype, xp)
+        p = elements.rounded(_softmax_rows(_masked(logits, xp, causal), xp), dtype, xp)
+        o3[sl] = elements.from_float32(xp.matmul(p, v32), dtype, xp)
     return out
 
 
@@ -138,6 +157,7 @@ def errors(out, ref, xp) -> dict:
     count of NaN/Inf elements (any one fails: the errors are then NaN). A reference norm of 0 counts
     as TINY_NORM: an exact output has no relative error there, any other a huge one."""
     ref64 = ref.astype(xp.float64)
+    out = elements.to_float32(out, xp)
     diff = out.astype(xp.float64) - ref64
     nonfinite = int((~xp.isfinite(out)).sum())
     if nonfinite:

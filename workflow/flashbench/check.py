@@ -1,18 +1,20 @@
 """Correctness: each shape and input kind on fresh random inputs, element by element against the
-fp32 reference, with what plain fp16 code achieves on the same inputs as the yardstick.
+fp32 reference, with what plain code in the inputs' element type (fp16 or bf16) achieves on the same
+inputs as the yardstick.
 
-The gate, per shape and input kind (in the manner of FlashAttention's own tests):
-  max abs error         <= factor * plain fp16's + one fp16 rounding of the largest output
-  worst row's rel error <= factor * plain fp16's + one fp16 rounding (2^-11)
-  whole-tensor rel error <= the smaller of the same bound and `tolerance`
+The gate, per shape and input kind (in the manner of FlashAttention's own tests), u the element type's
+rounding (half an ulp: 2^-11 for fp16, 2^-8 for bf16):
+  max abs error         <= factor * plain code's + u of the largest output
+  worst row's rel error <= factor * plain code's + u
+  whole-tensor rel error <= the smaller of the same bound and `tolerance`, given for fp16 and scaled by u
 and no NaN/Inf anywhere (the output is NaN-poisoned before each run). The reference and the yardstick
 come from a copy of the inputs taken before the kernel runs, and a kernel that changes its inputs
 fails: judged on what it was given, not on what it left behind. A correct kernel rounds at
-no more places than plain fp16 (its logits stay fp32; P and O are rounded once each), so it lands
-well under plain fp16's error; `factor` (2) leaves room for another accumulation order and the
+no more places than plain code (its logits stay fp32; P and O are rounded once each), so it lands
+well under plain code's error; `factor` (2) leaves room for another accumulation order and the
 approximate exp2, while one wrong row, a block that missed a key tile or a 1% scale error land one
 to three orders of magnitude above. The rounding floor keeps an output that is exact but for its
-own fp16 rounding (all-equal logits) from failing on a yardstick that happens to round closer.
+own rounding (all-equal logits) from failing on a yardstick that happens to round closer.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import math
 import secrets
 from dataclasses import dataclass
 
-from . import FlashbenchError, NoKernelForShape, attention
+from . import FlashbenchError, NoKernelForShape, attention, elements
 from .config import Shape
 
 
@@ -31,8 +33,8 @@ METRIC_NAMES = {"max_abs_error": "max abs error", "worst_row_rel_error": "worst 
 
 @dataclass(frozen=True)
 class Gate:
-    factor: float  # times plain fp16's error on the same inputs
-    tolerance: float  # cap on the whole-tensor relative error
+    factor: float  # times plain code's error on the same inputs
+    tolerance: float  # cap on the whole-tensor relative error of fp16 outputs (scaled by the rounding for bf16)
 
     def __post_init__(self):
         for name in ("factor", "tolerance"):  # a NaN bound would fail every output, an infinite one none
@@ -40,18 +42,19 @@ class Gate:
             if not (math.isfinite(value) and value > 0):
                 raise FlashbenchError(f"the check's {name} must be a positive finite number, not {value}")
 
-    def thresholds(self, yardstick: dict, ref_max_abs: float) -> dict:
-        floor = attention.FP16_HALF_ULP
+    def thresholds(self, yardstick: dict, ref_max_abs: float, dtype: str = "fp16") -> dict:
+        floor = elements.HALF_ULP[dtype]
+        tolerance = self.tolerance * floor / elements.HALF_ULP["fp16"]
         return {
             "max_abs_error": self.factor * yardstick["max_abs_error"] + floor * ref_max_abs,
             "worst_row_rel_error": self.factor * yardstick["worst_row_rel_error"] + floor,
-            "rel_error": min(self.tolerance, self.factor * yardstick["rel_error"] + floor),
+            "rel_error": min(tolerance, self.factor * yardstick["rel_error"] + floor),
         }
 
-    def judge(self, measured: dict, yardstick: dict, ref_max_abs: float) -> dict:
-        """The verdict on one output: passed, why not, each threshold and the margin (the largest
-        error / threshold; at most 1 passes)."""
-        thresholds = self.thresholds(yardstick, ref_max_abs)
+    def judge(self, measured: dict, yardstick: dict, ref_max_abs: float, dtype: str = "fp16") -> dict:
+        """The verdict on one output of `dtype`: passed, why not, each threshold and the margin (the
+        largest error / threshold; at most 1 passes)."""
+        thresholds = self.thresholds(yardstick, ref_max_abs, dtype)
         verdict = {**{f"yardstick_{m}": yardstick[m] for m in METRICS},
                    **{f"threshold_{m}": thresholds[m] for m in METRICS}}
         if measured["nonfinite"]:
@@ -59,7 +62,7 @@ class Gate:
                     "reason": f"{measured['nonfinite']} NaN/Inf elements in the output (unwritten or overflowed)"}
         over = [m for m in METRICS if not measured[m] <= thresholds[m]]
         reason = "; ".join(f"{METRIC_NAMES[m]} {measured[m]:.2e} above {thresholds[m]:.2e} "
-                           f"(plain fp16 {yardstick[m]:.2e})" for m in over) or None
+                           f"(plain {dtype} {yardstick[m]:.2e})" for m in over) or None
         margin = max(_share(measured[m], thresholds[m]) for m in METRICS)
         return {**verdict, "passed": not over, "margin": margin, "reason": reason}
 
@@ -86,9 +89,11 @@ def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal
             return {**row, "passed": None, "reason": f"not checked: {reason}"}
         return {**row, "passed": False, "reason": f"a configured shape it cannot run: {reason}"}
     q, k, v, o = kernel.inputs(shape, cp.random.default_rng(seed), kind)
+    if k.shape[1] != shape.H:  # grouped K/V heads
+        row["H_kv"] = k.shape[1]
     given = {"Q": q.copy(), "K": k.copy(), "V": v.copy()}  # the reference's: the kernel may write into q, k, v
     try:
-        out = cp.asarray(kernel(q, k, v, o))
+        out = cp.asarray(kernel(q, k, v, o)).view(q.dtype)  # a peer's bf16 comes back as int16
         cp.cuda.runtime.deviceSynchronize()
     except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
         # a kernel that faults poisons the CUDA context: record it and check no further shape
@@ -97,8 +102,8 @@ def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal
         return {**row, "passed": None, "reason": f"not checked: {e}"}
     ref = attention.reference(*given.values(), cp, causal)
     measured = attention.errors(out, ref, cp)
-    yardstick = attention.errors(attention.plain_fp16(*given.values(), cp, causal), ref, cp)
-    verdict = gate.judge(measured, yardstick, float(cp.abs(ref).max()))
+    yardstick = attention.errors(attention.plain_code(*given.values(), cp, causal), ref, cp)
+    verdict = gate.judge(measured, yardstick, float(cp.abs(ref).max()), elements.of_array(q))
     changed = [name for (name, before), after in zip(given.items(), (q, k, v))
                if bool((before.view(cp.uint16) != after.view(cp.uint16)).any())]  # bit for bit: NaN too
     if changed:

@@ -67,11 +67,14 @@ def cmd_compile(a) -> None:
         except CommandFailed as e:
             print(e.transcript, end="", flush=True)
             raise
-    stated = record["launch"].get("causal", False)
-    if stated != run.configuration.causal:
-        raise FlashbenchError(f"{a.kernel}: built for the configuration {run.configuration.name} (mask "
-                              f"{run.configuration.mask}), its launch contract says {'' if stated else 'not '}causal: "
-                              f"the source does not take the configuration's parameters")
+    stated = {"causal": record["launch"].get("causal", False), "dtype": record["launch"].get("dtype", "fp16"),
+              "head_dim": record["launch"]["head_dim"], "grouped_kv": record["launch"].get("grouped_kv", False)}
+    asked = {"causal": run.configuration.causal, "dtype": run.configuration.dtype, "head_dim": run.configuration.D,
+             "grouped_kv": run.configuration.kv_group > 1}
+    if stated != asked:
+        differ = ", ".join(f"{key} {stated[key]} (asked {asked[key]})" for key in stated if stated[key] != asked[key])
+        raise FlashbenchError(f"{a.kernel}: built for the configuration {run.configuration.name}, its launch contract "
+                              f"says {differ}: the source does not take the configuration's parameters")
     write_json(a.record, record)
     print(f"{a.kernel} {a.arch}: {record['registers']} registers, {record['spill_bytes']} spill bytes, "
           f"{record['smem_bytes']} B smem, {record['blocks_per_sm']} blocks/SM")
@@ -140,8 +143,7 @@ def _import_peer_libraries(settings, names: list[str]) -> None:
 def _kernel(a):
     """The implementation a check / bench / sweep / cycles runs: a compiled kernel or a configured peer
     (in the configuration `--peer` names, as sdpa_cudnn.causal does)."""
-    peer = _peer_of(a)
-    return _implementation(peer, a.cubin, a.record, _run(a) if peer else None)  # a kernel's build says its own
+    return _implementation(_peer_of(a), a.cubin, a.record, _run(a))
 
 
 def _peer_of(a):
@@ -161,14 +163,14 @@ def _run(a):
 
 def _implementation(peer, cubin: str | None, record_path: str | None, run=None):
     """A peer (a config.Peer, in `run`'s configuration and named by it where given), or the kernel
-    `cubin` its compile record describes."""
+    `cubin` its compile record describes (its inputs in `run`'s configuration where given)."""
     from .compile import runs_on
     from .launch import AttentionKernel
 
     if peer:
         from . import peers
 
-        return peers.make(peer, causal=run.configuration.causal if run else False, name=run.name if run else None)
+        return peers.make(peer, run.configuration, run.name) if run else peers.make(peer)
     import cupy as cp
 
     record = read_record(record_path, "compile")
@@ -177,7 +179,7 @@ def _implementation(peer, cubin: str | None, record_path: str | None, run=None):
         raise FlashbenchError(f"{cubin} is built for {record['arch']} but the GPU it would run on is {here}")
     if sha256(cubin) != record["cubin_sha256"]:
         raise FlashbenchError(f"{cubin} is not the cubin its compile record describes: recompile it")
-    return AttentionKernel(cubin, record)
+    return AttentionKernel(cubin, record, run.configuration if run else None)
 
 
 def _name(a) -> str:
@@ -384,10 +386,10 @@ def cmd_head_to_head(a) -> None:
 
         impls = []
         for name, check in admitted:
+            run = settings.run(name)
             if name in cubins:
-                impl = _implementation(None, cubins[name], cubins[name].with_suffix(".json"))
+                impl = _implementation(None, cubins[name], cubins[name].with_suffix(".json"), run)
             else:
-                run = settings.run(name)
                 impl = _implementation(settings.peer(run.of), None, None, run)
             _same_as_checked(impl.name, impl.identity, check)
             impls.append(impl)

@@ -194,15 +194,16 @@ CONTRACT_SYMBOL = "flash_launch_contract"
 # flash::LaunchContract's int fields, in order (flash_common.cuh)
 CONTRACT_FIELDS = ("threads", "block_rows", "block_cols", "dynamic_smem_bytes", "head_dim", "tensor_maps", "box_cols",
                    "q_box_rows", "kv_box_rows", "o_box_rows", "swizzle_bytes", "ctas_per_sm", "tensor_map_rank", "causal",
-                   "work_list", "l2_section_bytes", "ragged_first_keys")
+                   "work_list", "l2_section_bytes", "ragged_first_keys", "bf16", "grouped_kv")
 
 
 def launch_contract(cubin: Path) -> dict:
     """The launch contract in `cubin`, as the launcher reads it: threads, tile shape, dynamic shared
     memory, head dim; the tensor maps a Hopper kernel takes (q, k, v and maybe o), and their rank where
     they are by head (4, V25 on); for a persistent kernel, its blocks per SM; whether it is causal; for
-    one that walks a work list (V25 on), the bytes of K and V a section of its heads may hold; and where it
-    has a second entry for an S ragged in its first keys, that entry and how many keys it takes."""
+    one that walks a work list (V25 on), the bytes of K and V a section of its heads may hold; where it
+    has a second entry for an S ragged in its first keys, that entry and how many keys it takes; its
+    element type where it is bf16 (absent: fp16); and whether it takes grouped K/V heads (V25 on)."""
     try:
         raw = elf.symbol_bytes(cubin, CONTRACT_SYMBOL)
     except elf.NoSuchSymbol as e:
@@ -226,6 +227,10 @@ def launch_contract(cubin: Path) -> dict:
         contract["work_list"] = {"l2_section_bytes": fields["l2_section_bytes"]}
     if fields["ragged_first_keys"]:  # a second entry for an S whose last key tile holds 1 to this many keys
         contract["ragged_first"] = {"entry": RAGGED_FIRST_ENTRY, "keys": fields["ragged_first_keys"]}
+    if fields["bf16"]:
+        contract["dtype"] = "bf16"
+    if fields["grouped_kv"]:  # K and V of H / kv_group heads (kv_group: the parameter after the heads per batch)
+        contract["grouped_kv"] = True
     return contract
 
 

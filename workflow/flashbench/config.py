@@ -33,11 +33,12 @@ class Shape:
 @dataclass(frozen=True)
 class Configuration:
     """What a kernel or peer computes (config key 'configurations'): the mask, the head dim, the
-    element type."""
+    element type, and how many query heads read each K/V head (grouped K/V heads: GQA, MQA)."""
     name: str
     mask: str  # none | causal
     D: int
-    dtype: str
+    dtype: str  # fp16 | bf16
+    kv_group: int = 1  # query heads per K/V head, as far as a shape's H allows (kv_heads)
 
     @property
     def causal(self) -> bool:
@@ -45,11 +46,20 @@ class Configuration:
 
     @property
     def defines(self) -> dict:
-        """Its compile-time parameters, beside the kernel's own defines."""
-        return {"FLASH_CAUSAL": 1} if self.causal else {}
+        """Its compile-time parameters, beside the kernel's own: the mask, the element type, and whether K and
+        V are of grouped heads (the group itself is a launch's parameter)."""
+        return {**({"FLASH_CAUSAL": 1} if self.causal else {}), **({"FLASH_BF16": 1} if self.dtype == "bf16" else {}),
+                **({"FLASH_GROUPED_KV": 1} if self.kv_group > 1 else {})}
+
+    def kv_heads(self, H: int) -> int:
+        """K/V heads at H query heads: H / kv_group, at least one (so H=3 under a group of 8 is MQA, its 3
+        query heads on one K/V head). validate holds every configured H to a whole number of query heads
+        per K/V head."""
+        return max(1, H // self.kv_group)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "mask": self.mask, "D": self.D, "dtype": self.dtype}
+        return {"name": self.name, "mask": self.mask, "D": self.D, "dtype": self.dtype,
+                **({"kv_group": self.kv_group} if self.kv_group > 1 else {})}
 
 
 # What a config without `configurations` runs in: no mask, D=128, fp16.
@@ -522,6 +532,15 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
                               f"{ragged_near(S)}, which is not one of sweep.S")
     if len(extra) < 3:
         raise ConfigError(f"config key 'check.shapes': needs at least 3 shapes other than the case, has {len(extra)}")
+    head_counts = {"case.H": case.H, "check.smallest.H": smallest["H"],
+                   **{f"check.shapes[{i}].H": s["H"] for i, s in enumerate(config["check"]["shapes"])},
+                   **{f"check.ragged[{i}].H": s["H"] for i, s in enumerate(_as_list(config["check"].get("ragged", [])))}}
+    for configuration in configurations:
+        for key, H in head_counts.items():
+            if H % configuration.kv_heads(H):
+                raise ConfigError(f"config key '{key}': {H} query heads do not share the {configuration.kv_heads(H)} K/V "
+                                  f"heads of configuration {configuration.name} (kv_group {configuration.kv_group}) "
+                                  f"evenly")
     return Settings(
         gpu=config.get("gpu"),
         gpu_arch=config.get("gpu_arch"),

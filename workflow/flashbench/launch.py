@@ -14,7 +14,10 @@ logical grid is ceil(S / block_rows) row tiles, and it takes the heads per batch
 `causal` masks the keys after each query: it runs the causal configuration only. One with `work_list`
 takes, after those, the list of work tiles each of its blocks walks (work_list.py), made here with its
 parameter block. One with `ragged_first` has a second entry, launched with the same parameters where S's
-last key tile holds 1 to `keys` keys (takes_ragged_first)."""
+last key tile holds 1 to `keys` keys (takes_ragged_first). One with `dtype` bf16 takes bf16 arrays (elements.py),
+fp16 ones otherwise; one with `grouped_kv` takes K and V of H / kv_group heads, kv_group after the heads per
+batch (every kernel by head takes kv_group after the heads per batch; only one with `grouped_kv` may be
+given other than 1)."""
 from __future__ import annotations
 
 import math
@@ -22,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import FlashbenchError, attention
+from . import FlashbenchError, attention, elements
 from .attention import LOG2E
 from .compile import ENTRY
-from .config import Shape
+from .config import Configuration, Shape
 
 MAX_GRID_Y = 65535  # gridDim.y limit: the grid's y is B*H
 MAX_INT32 = 2**31 - 1  # a persistent kernel counts its work tiles and rows in int (at the sizes a GPU holds
@@ -35,10 +38,13 @@ MAX_INT32 = 2**31 - 1  # a persistent kernel counts its work tiles and rows in i
 class AttentionKernel:
     skips_unsupported = False  # a kernel must run every configured shape: one it cannot is a failed check
 
-    def __init__(self, cubin: Path | str, record: dict):
+    def __init__(self, cubin: Path | str, record: dict, configuration: Configuration | None = None):
+        """The kernel `cubin` its compile record describes; `configuration` (its run's) says what K/V heads its
+        inputs have (none: one per query head)."""
         import cupy as cp
 
         self.cp = cp
+        self.configuration = configuration
         self.name = record["kernel"]
         self.record = record
         self.cubin = Path(cubin)
@@ -62,6 +68,11 @@ class AttentionKernel:
     def causal(self) -> bool:
         """Whether the kernel was built to mask the keys after each query."""
         return bool(self.contract.get("causal"))
+
+    @property
+    def dtype(self) -> str:
+        """The element type of its Q, K, V and O: fp16, or bf16 (elements.py)."""
+        return self.contract.get("dtype", "fp16")
 
     @property
     def by_head(self) -> bool:
@@ -120,19 +131,26 @@ class AttentionKernel:
         return {"cubin_sha256": self.record["cubin_sha256"]}
 
     def inputs(self, shape: Shape, rng, kind: str = "normal") -> tuple:
-        return attention.random_inputs(self.cp, shape, rng, kind)
+        kv_heads = self.configuration.kv_heads(shape.H) if self.configuration else shape.H
+        return attention.random_inputs(self.cp, shape, rng, kind, self.dtype, kv_heads)
 
     def __call__(self, q, k, v, o):
         """Attention of q, k, v into o; returns o. A shape the kernel cannot run is refused here, so
         nothing times or checks a partial grid."""
         B, H, S, D = q.shape
+        kv_heads = k.shape[1] if k.ndim == 4 else 0
         for a in (q, k, v, o):
-            if a.dtype != self.cp.float16 or not a.flags.c_contiguous or a.shape != q.shape:
-                raise FlashbenchError("q, k, v, o must be C-contiguous fp16 arrays of one [B, H, S, D] shape")
+            if a.dtype != elements.storage(self.cp, self.dtype) or not a.flags.c_contiguous:
+                raise FlashbenchError(f"q, k, v, o must be C-contiguous {self.dtype} arrays (elements.py)")
+        if o.shape != q.shape or k.shape != v.shape or k.shape != (B, kv_heads, S, D) or kv_heads < 1 or H % kv_heads:
+            raise FlashbenchError(f"q and o must be [B, H, S, D], k and v [B, H_kv, S, D] with H_kv dividing H: "
+                                  f"{q.shape}, {k.shape}, {v.shape}, {o.shape}")
+        if kv_heads != H and not self.contract.get("grouped_kv"):
+            raise FlashbenchError(f"{self.name} takes K and V of one head per query head, not {kv_heads} for {H}")
         reason = self.supports(Shape(B, H, S, D))
         if reason:
             raise FlashbenchError(f"{self.name} cannot run this shape: {reason}")
-        self.launch(self.row_tiles(S), B * H, q, k, v, o, S, heads_per_batch=H)
+        self.launch(self.row_tiles(S), B * H, q, k, v, o, S, heads_per_batch=H, kv_group=H // kv_heads)
         return o
 
     def capture(self, q, k, v, o, calls: int):
@@ -142,7 +160,8 @@ class AttentionKernel:
         params = None
         if "tensor_maps" in self.contract:
             B, H, S, _ = q.shape
-            params = self.params(q, k, v, o, S, B * H, self._scale_log2(None), heads_per_batch=H)
+            params = self.params(q, k, v, o, S, B * H, self._scale_log2(None), heads_per_batch=H,
+                                 kv_group=H // k.shape[1])
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:
             stream.begin_capture()
@@ -159,13 +178,14 @@ class AttentionKernel:
         return replay
 
     def launch(self, row_tiles: int, heads: int, q, k, v, o, seq_len: int, scale: float | None = None,
-               heads_per_batch: int | None = None, strides: dict | None = None, stream: int | None = None) -> None:
+               heads_per_batch: int | None = None, strides: dict | None = None, stream: int | None = None,
+               kv_group: int = 1) -> None:
         """The raw launch of the logical grid (row_tiles, heads), no checks (tests use it to launch wrongly
         on purpose): that grid itself, or for a persistent kernel its own grid (`grid`) with row_tiles
         and heads as parameters. `scale`: the softmax scale, 1/sqrt(D) unless given. `heads_per_batch`:
         H of heads = B*H, for a kernel by head (all of them, B = 1, unless given). A kernel with tensor
         maps may be given an array's `strides` (params) and a `stream` (a handle: CuPy's current stream
-        unless given)."""
+        unless given); one with grouped K/V heads its `kv_group` (query heads per K/V head)."""
         scale_log2 = self._scale_log2(scale)
         if "tensor_maps" not in self.contract:
             args = (q, k, v, o, np.int32(seq_len), np.float32(scale_log2))
@@ -173,7 +193,7 @@ class AttentionKernel:
                 args += (np.int32(row_tiles), np.int32(heads))
             self.function(self.grid(row_tiles, heads), (self.contract["threads"],), args, shared_mem=self.dynamic_smem)
             return
-        params = self.params(q, k, v, o, seq_len, heads, scale_log2, row_tiles, heads_per_batch, strides)
+        params = self.params(q, k, v, o, seq_len, heads, scale_log2, row_tiles, heads_per_batch, strides, kv_group)
         grid_x, grid_y = self.grid(row_tiles, heads)
         function = self.ragged_first_function if takes_ragged_first(self.contract, seq_len) else self.function
         if stream is None:
@@ -185,39 +205,43 @@ class AttentionKernel:
         return (attention.softmax_scale(self.contract["head_dim"]) if scale is None else scale) * LOG2E
 
     def params(self, q, k, v, o, seq_len: int, heads: int, scale_log2: float, row_tiles: int | None = None,
-               heads_per_batch: int | None = None, strides: dict | None = None):
+               heads_per_batch: int | None = None, strides: dict | None = None, kv_group: int = 1):
         """The cuLaunchKernel parameter block of a kernel that takes tensor maps, cached per array
-        addresses, shape, scale and strides: the timed loop reuses it instead of encoding three maps per
-        call. `row_tiles` (row_tiles(S) unless given) is passed to a persistent kernel only,
-        `heads_per_batch` (`heads` unless given) to a kernel by head only, and a work list to a kernel
-        that takes one. `strides`: an array's elements between consecutive b, h and s, by its name, where
-        it is not C-contiguous (a kernel by head only)."""
+        addresses, shape, scale, strides and K/V group: the timed loop reuses it instead of encoding
+        three maps per call. `row_tiles` (row_tiles(S) unless given) is passed to a persistent kernel
+        only, `heads_per_batch` (`heads` unless given) to a kernel by head only, `kv_group` to a kernel
+        with grouped K/V heads only, and a work list to a kernel that takes one. `strides`: an array's
+        elements between consecutive b, h and s, by its name, where it is not C-contiguous (a kernel by
+        head only)."""
         if row_tiles is None:
             row_tiles = self.row_tiles(seq_len)
         key = (*(_address(a) for a in (q, k, v, o)), seq_len, heads, scale_log2, row_tiles, heads_per_batch or heads)
-        cache_key = (*key, *sorted((strides or {}).items()))
+        cache_key = (*key, kv_group, *sorted((strides or {}).items()))
         params = self._params.get(cache_key)
         if params is None:
-            params = _tensor_map_params(self.contract, *key, strides=strides,
-                                        work_list=self._work_list(row_tiles, heads, heads_per_batch or heads, seq_len))
+            params = _tensor_map_params(self.contract, *key, strides=strides, kv_group=kv_group,
+                                        work_list=self._work_list(row_tiles, heads, heads_per_batch or heads, seq_len,
+                                                                  kv_group))
             if len(self._params) >= 16:  # a sweep's shapes; an old entry is only ever reused for equal arrays
                 self._params.clear()
             self._params[cache_key] = params
         return params
 
-    def work_list_made(self, row_tiles: int, heads: int, heads_per_batch: int, seq_len: int) -> bool:
+    def work_list_made(self, row_tiles: int, heads: int, heads_per_batch: int, seq_len: int, kv_group: int = 1
+                       ) -> bool:
         """Whether a launch of this logical grid needs no work list copied to the GPU first (none taken,
         or made already): what a launch under a CUDA graph capture may not do."""
-        return "work_list" not in self.contract or (row_tiles, heads, heads_per_batch, seq_len) in self._work_lists
+        return ("work_list" not in self.contract
+                or (row_tiles, heads, heads_per_batch, seq_len, kv_group) in self._work_lists)
 
-    def _work_list(self, row_tiles: int, heads: int, heads_per_batch: int, seq_len: int):
+    def _work_list(self, row_tiles: int, heads: int, heads_per_batch: int, seq_len: int, kv_group: int = 1):
         """For a kernel that walks one, the work list (on the GPU) of the logical grid (row_tiles, heads),
-        heads_per_batch a batch, at S = seq_len for this kernel's grid (work_list.py); else None. Made
-        once and kept as long as the kernel: a CUDA graph captured on a launch reads it by address,
-        whatever the parameter blocks' cache has let go since."""
+        heads_per_batch a batch in groups of kv_group on a K/V head, at S = seq_len for this kernel's grid
+        (work_list.py); else None. Made once and kept as long as the kernel: a CUDA graph captured on a
+        launch reads it by address, whatever the parameter blocks' cache has let go since."""
         if "work_list" not in self.contract:
             return None
-        key = (row_tiles, heads, heads_per_batch, seq_len)
+        key = (row_tiles, heads, heads_per_batch, seq_len, kv_group)
         if key not in self._work_lists:
             from .work_list import work_list
 
@@ -225,7 +249,8 @@ class AttentionKernel:
             blocks = self.grid(row_tiles, heads)[0]
             self._work_lists[key] = self.cp.asarray(work_list(row_tiles, heads, heads_per_batch, blocks, seq_len,
                                                               c["head_dim"], c["block_rows"], c["block_cols"],
-                                                              self.causal, c["work_list"]["l2_section_bytes"]))
+                                                              self.causal, c["work_list"]["l2_section_bytes"],
+                                                              kv_group=kv_group))
             self.cp.cuda.get_current_stream().synchronize()  # copied before a launch on another stream reads it
         return self._work_lists[key]
 
@@ -250,13 +275,14 @@ def by_head(contract: dict) -> bool:
 
 def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: int, heads: int, scale_log2: float,
                        row_tiles: int | None = None, heads_per_batch: int | None = None, work_list=None,
-                       strides: dict | None = None):
-    """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order[, row_tiles, heads[, H[, work
-    list]]]) for cuLaunchKernel: the logical grid for a persistent contract only, which needs
-    `row_tiles`, H for one by head, which needs `heads_per_batch`, and the work list's address for one
-    with `work_list`, which needs `work_list` (an array on the GPU, or an address). Each map covers its
-    array as the [heads * seq_len, head_dim] fp16 matrix it is, or by head as [heads / H, H, seq_len,
-    head_dim], with the contract's box; by head, `strides` may give an array's elements between
+                       strides: dict | None = None, kv_group: int = 1):
+    """(q, k, v, o, seq_len, scale_log2, tensor maps in contract order[, row_tiles, heads[, H[,
+    kv_group][, work list]]]) for cuLaunchKernel: the logical grid for a persistent contract only, which
+    needs `row_tiles`, H and kv_group for one by head, which needs `heads_per_batch` (and `kv_group`
+    other than 1 only where `grouped_kv`), and the work list's address for one with `work_list`, which
+    needs `work_list` (an array on the GPU, or an address). Each map covers its array as the [heads * seq_len, head_dim] matrix of the
+    contract's element type it is, or by head as [heads / H, H, seq_len, head_dim] (K and V with H /
+    kv_group heads), with the contract's box; by head, `strides` may give an array's elements between
     consecutive b, h and s (by its name: q, k, v, o), where it is not C-contiguous."""
     import ctypes
 
@@ -267,17 +293,23 @@ def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: 
     if maps_by_head and (heads_per_batch is None or heads % heads_per_batch):
         raise FlashbenchError(f"a kernel by head is passed its heads per batch, which divide the {heads} heads: "
                               f"{heads_per_batch} do not")
+    if kv_group != 1 and not (contract.get("grouped_kv") and kv_group >= 1 and heads_per_batch % kv_group == 0):
+        raise FlashbenchError(f"K/V heads in groups of {kv_group}: the kernel takes "
+                              f"{'groups that divide the heads per batch' if contract.get('grouped_kv') else 'none'}")
+    data_type = tensormap.DATA_TYPES[contract.get("dtype", "fp16")]
     maps = []
     for spec in contract["tensor_maps"]:
         if spec["array"] not in arrays:
             raise FlashbenchError(f"the launch contract names a tensor map over {spec['array']!r}, not one of q, k, v, o")
         address, box = arrays[spec["array"]], tuple(spec["box"])
         if maps_by_head:
-            shape = (heads // heads_per_batch, heads_per_batch, seq_len, contract["head_dim"])
+            array_heads = heads_per_batch // kv_group if spec["array"] in "kv" else heads_per_batch
+            shape = (heads // heads_per_batch, array_heads, seq_len, contract["head_dim"])
             maps.append(tensormap.encode_by_head(address, shape, box, spec["swizzle"],
-                                                 (strides or {}).get(spec["array"])))
+                                                 (strides or {}).get(spec["array"]), data_type))
         else:
-            maps.append(tensormap.encode_tiled_2d(address, heads * seq_len, contract["head_dim"], box, spec["swizzle"]))
+            maps.append(tensormap.encode_tiled_2d(address, heads * seq_len, contract["head_dim"], box, spec["swizzle"],
+                                                  data_type))
     common = (ctypes.c_uint64(q), ctypes.c_uint64(k), ctypes.c_uint64(v), ctypes.c_uint64(o), ctypes.c_int32(seq_len),
               ctypes.c_float(scale_log2))
     logical_grid = ()
@@ -286,7 +318,7 @@ def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: 
             raise FlashbenchError("a persistent kernel is passed its row tiles: none given")
         logical_grid = (ctypes.c_int32(row_tiles), ctypes.c_int32(heads))
         if maps_by_head:
-            logical_grid += (ctypes.c_int32(heads_per_batch),)
+            logical_grid += (ctypes.c_int32(heads_per_batch), ctypes.c_int32(kv_group))
     if "work_list" in contract:
         if work_list is None:
             raise FlashbenchError("a kernel that walks a work list is passed one: none given")

@@ -16,7 +16,7 @@ import importlib
 import os
 
 from . import FlashbenchError, NoKernelForShape, attention
-from .config import Peer, Shape
+from .config import DENSE, Configuration, Peer, Shape
 
 # What torch says when SDPA, held to a backend, has no kernel for the inputs: the one error that
 # makes a point skipped rather than the stage failed.
@@ -93,25 +93,28 @@ def require(peer: Peer) -> None:
         raise PeerUnavailable("flash-attn-4 (FlashAttention's CuTe DSL kernels, flash_attn.cute) is not installed")
 
 
-def make(peer: Peer, causal: bool = False, name: str | None = None):
-    """The implementation of a configured peer, under the causal mask where `causal`, named `name` (its
-    run's, sdpa_cudnn.causal) where given, else the peer's."""
-    impl = FlashAttnCutePeer(peer, causal) if peer.backend == FLASH_ATTN_CUTE else TorchPeer(peer, causal)
+def make(peer: Peer, configuration: Configuration = DENSE, name: str | None = None):
+    """The implementation of a configured peer in `configuration` (its mask, element type and K/V heads),
+    named `name` (its run's, sdpa_cudnn.causal) where given, else the peer's."""
+    impl = (FlashAttnCutePeer if peer.backend == FLASH_ATTN_CUTE else TorchPeer)(peer, configuration)
     impl.name = name or peer.name
     return impl
 
 
 class _TorchBacked:
-    """What every peer shares: torch on CuPy's stream, CuPy inputs, torch's CUDA-graph capture."""
+    """What every peer shares: torch on CuPy's stream, CuPy inputs, torch's CUDA-graph capture. A bf16
+    input is a CuPy uint16 array (elements.py) that torch is given as bfloat16, the same memory; its
+    output goes back as int16, which CuPy takes."""
 
     skips_unsupported = True  # above its max_seq_len a peer is not run, and says why
 
-    def __init__(self, peer: Peer, causal: bool = False):
+    def __init__(self, peer: Peer, configuration: Configuration = DENSE):
         require(peer)
         import cupy as cp
         import torch
 
-        self.cp, self.torch, self.peer, self.name, self.causal = cp, torch, peer, peer.name, causal
+        self.cp, self.torch, self.peer, self.name = cp, torch, peer, peer.name
+        self.configuration, self.causal, self.dtype = configuration, configuration.causal, configuration.dtype
         if torch.cuda.current_stream().cuda_stream != cp.cuda.get_current_stream().ptr:
             raise FlashbenchError("torch and CuPy are on different CUDA streams: the events would not time torch")
         # CuPy array pointer -> (the array, the torch tensor the peer is given for it). The array is
@@ -135,7 +138,7 @@ class _TorchBacked:
         if shape != self._tensors_shape:
             self._tensors.clear()
             self._tensors_shape = shape
-        q, k, v, o = attention.random_inputs(self.cp, shape, rng, kind)
+        q, k, v, o = attention.random_inputs(self.cp, shape, rng, kind, self.dtype, self.configuration.kv_heads(shape.H))
         for array in (q, k, v):
             self._tensor(array)
         return q, k, v, o
@@ -143,7 +146,10 @@ class _TorchBacked:
     def _tensor(self, array):
         held = self._tensors.get(array.data.ptr)
         if held is None:
-            held = self._tensors[array.data.ptr] = (array, self._as_input(self.torch.from_dlpack(array)))
+            tensor = self.torch.from_dlpack(array)
+            if self.dtype == "bf16":
+                tensor = tensor.view(self.torch.bfloat16)
+            held = self._tensors[array.data.ptr] = (array, self._as_input(tensor))
         return held[1]
 
     def _as_input(self, tensor):
@@ -152,10 +158,11 @@ class _TorchBacked:
 
     def __call__(self, q, k, v, o):
         """Attention of q, k, v; returns the library's own output as [B, H, S, D] (o is left alone:
-        the library allocates). Only "no kernel for these inputs" is a skip; any other error (out of
-        memory, a CUDA error) stops the stage with the library's message."""
+        the library allocates), bf16 as int16. Only "no kernel for these inputs" is a skip; any other
+        error (out of memory, a CUDA error) stops the stage with the library's message."""
         try:
-            return self._attend(self._tensor(q), self._tensor(k), self._tensor(v))
+            out = self._attend(self._tensor(q), self._tensor(k), self._tensor(v))
+            return out.view(self.torch.int16) if self.dtype == "bf16" else out
         except RuntimeError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             if NO_KERNEL in str(e):
@@ -182,15 +189,17 @@ class _TorchBacked:
 class TorchPeer(_TorchBacked):
     """torch's SDPA (automatic dispatch or one backend) or the unfused softmax(QK^T / sqrt(D)) V."""
 
-    def __init__(self, peer: Peer, causal: bool = False):
-        super().__init__(peer, causal)
+    def __init__(self, peer: Peer, configuration: Configuration = DENSE):
+        super().__init__(peer, configuration)
         import torch.nn.functional as F
 
         if peer.backend == "unfused":
             self._attend = self._unfused
-        else:
-            self._attend = (functools.partial(F.scaled_dot_product_attention, is_causal=True) if causal
-                            else F.scaled_dot_product_attention)
+        else:  # grouped K/V heads: SDPA's enable_gqa, asked for only where the configuration groups them
+            options = {**({"is_causal": True} if self.causal else {}),
+                       **({"enable_gqa": True} if configuration.kv_group > 1 else {})}
+            self._attend = functools.partial(F.scaled_dot_product_attention, **options) if options \
+                else F.scaled_dot_product_attention
         self.activate()
 
     def activate(self) -> None:
@@ -208,6 +217,8 @@ class TorchPeer(_TorchBacked):
             enable(self.peer.backend in ("auto", backend))
 
     def _unfused(self, q, k, v):
+        if k.shape[1] != q.shape[1]:  # grouped K/V heads: each repeated for the query heads that read it
+            k, v = (a.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for a in (k, v))
         logits = (q @ k.transpose(-2, -1)) * attention.softmax_scale(q.shape[-1])
         if self.causal:
             S = logits.shape[-1]
@@ -231,8 +242,8 @@ class FlashAttnCutePeer(_TorchBacked):
     torch's caching allocator, which hands back the same block every call once the first has
     allocated it."""
 
-    def __init__(self, peer: Peer, causal: bool = False):
-        super().__init__(peer, causal)
+    def __init__(self, peer: Peer, configuration: Configuration = DENSE):
+        super().__init__(peer, configuration)  # it takes grouped K/V heads as they are
         flash_attn_func = _flash_attn_cute().flash_attn_func
         major, minor = self.torch.cuda.get_device_capability()
         self.path = FLASH_ATTN_CUTE_PATHS.get(major)

@@ -18,7 +18,7 @@ TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64
 
 # cuda.h enums (CUDA 12/13)
-DATA_TYPE_FLOAT16 = 6  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+DATA_TYPES = {"fp16": 6, "bf16": 9}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16: 2-byte elements both
 INTERLEAVE_NONE = 0
 SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes -> CU_TENSOR_MAP_SWIZZLE_{NONE,32B,64B,128B}
 L2_PROMOTION_128B = 2  # CU_TENSOR_MAP_L2_PROMOTION_L2_128B
@@ -61,8 +61,9 @@ def libcuda():
 
 
 def tiled_args(address: int, dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...],
-               swizzle: int) -> dict:
-    """The arguments of cuTensorMapEncodeTiled for an fp16 tensor at `address` of `dims` elements
+               swizzle: int, data_type: int = DATA_TYPES["fp16"]) -> dict:
+    """The arguments of cuTensorMapEncodeTiled for a tensor of 2-byte elements (`data_type`: fp16 or
+    bf16's, DATA_TYPES) at `address` of `dims` elements
     (innermost first, as the driver wants them), `strides` the bytes between consecutive indices of
     each dimension but the innermost, and a box of `box` elements. Raises FlashbenchError where the
     driver's documented limits are broken."""
@@ -78,30 +79,31 @@ def tiled_args(address: int, dims: tuple[int, ...], strides: tuple[int, ...], bo
     if swizzle and box[0] * 2 > swizzle:
         raise FlashbenchError(f"a {swizzle}B-swizzled TMA box is at most {swizzle} bytes wide, {box[0]} fp16 are "
                               f"{box[0] * 2}")
-    return {"data_type": DATA_TYPE_FLOAT16, "rank": len(dims), "address": address, "dims": tuple(dims),
+    return {"data_type": data_type, "rank": len(dims), "address": address, "dims": tuple(dims),
             "strides": tuple(strides), "box": tuple(box), "element_strides": (1,) * len(dims),
             "interleave": INTERLEAVE_NONE, "swizzle": SWIZZLE[swizzle], "l2_promotion": L2_PROMOTION_128B,
             "oob_fill": OOB_FILL_NONE}
 
 
-def tiled_2d_args(address: int, rows: int, cols: int, box: tuple[int, int], swizzle: int) -> dict:
-    """tiled_args of a row-major [rows, cols] fp16 matrix and a box of {box[0] columns, box[1] rows},
-    no larger than the matrix."""
+def tiled_2d_args(address: int, rows: int, cols: int, box: tuple[int, int], swizzle: int,
+                  data_type: int = DATA_TYPES["fp16"]) -> dict:
+    """tiled_args of a row-major [rows, cols] matrix and a box of {box[0] columns, box[1] rows}, no
+    larger than the matrix."""
     if box[0] > cols or box[1] > rows:
         raise FlashbenchError(f"TMA box {box} is larger than the [{rows}, {cols}] tensor")
-    return tiled_args(address, (cols, rows), (cols * 2,), box, swizzle)
+    return tiled_args(address, (cols, rows), (cols * 2,), box, swizzle, data_type)
 
 
 def by_head_args(address: int, shape: tuple[int, int, int, int], box: tuple[int, int], swizzle: int,
-                 strides: tuple[int, int, int] | None = None) -> dict:
-    """tiled_args of a [B, H, S, D] fp16 array by head: dims {D, S, H, B}, so that S has a bound of its
+                 strides: tuple[int, int, int] | None = None, data_type: int = DATA_TYPES["fp16"]) -> dict:
+    """tiled_args of a [B, H, S, D] array by head: dims {D, S, H, B}, so that S has a bound of its
     own (a box past a head's last row is filled with zeros, a store there clipped), and a box of
     {box[0] columns, box[1] rows} of one head. `strides`: the elements between consecutive b, h and s
     (D's are adjacent); None: C-contiguous. FlashAttention's [B, S, H, D] is the same map with other
     strides."""
     B, H, S, D = shape
     b, h, s = strides if strides is not None else (H * S * D, S * D, D)
-    return tiled_args(address, (D, S, H, B), (s * 2, h * 2, b * 2), (*box, 1, 1), swizzle)
+    return tiled_args(address, (D, S, H, B), (s * 2, h * 2, b * 2), (*box, 1, 1), swizzle, data_type)
 
 
 def encode(a: dict) -> tuple[TensorMap, object]:
@@ -124,15 +126,17 @@ def encode(a: dict) -> tuple[TensorMap, object]:
     return tensor_map, owner
 
 
-def encode_tiled_2d(address: int, rows: int, cols: int, box: tuple[int, int], swizzle: int) -> tuple[TensorMap, object]:
-    """A tensor map over a row-major [rows, cols] fp16 matrix in device memory; returns (map, owner)."""
-    return encode(tiled_2d_args(address, rows, cols, box, swizzle))
+def encode_tiled_2d(address: int, rows: int, cols: int, box: tuple[int, int], swizzle: int,
+                    data_type: int = DATA_TYPES["fp16"]) -> tuple[TensorMap, object]:
+    """A tensor map over a row-major [rows, cols] matrix in device memory; returns (map, owner)."""
+    return encode(tiled_2d_args(address, rows, cols, box, swizzle, data_type))
 
 
 def encode_by_head(address: int, shape: tuple[int, int, int, int], box: tuple[int, int], swizzle: int,
-                   strides: tuple[int, int, int] | None = None) -> tuple[TensorMap, object]:
-    """A tensor map over a [B, H, S, D] fp16 array by head (by_head_args); returns (map, owner)."""
-    return encode(by_head_args(address, shape, box, swizzle, strides))
+                   strides: tuple[int, int, int] | None = None, data_type: int = DATA_TYPES["fp16"]
+                   ) -> tuple[TensorMap, object]:
+    """A tensor map over a [B, H, S, D] array by head (by_head_args); returns (map, owner)."""
+    return encode(by_head_args(address, shape, box, swizzle, strides, data_type))
 
 
 class Params:

@@ -6,7 +6,8 @@ grid that deals them out in fixed rounds leaves some blocks with far more work t
 is made here, where the whole of it can be seen:
 
     order     heads go in sections whose K and V fit in the kernel's share of L2 (`l2_section_bytes`;
-              at least one head), so that the blocks running at once read the same keys and values;
+              at least one K/V head, and so with grouped K/V heads the whole group that reads it), so
+              that the blocks running at once read the same keys and values;
               inside a section, row tiles go from the last to the first, each over the section's
               heads: the longest first and the shortest at the end (the longest-processing-time rule)
     share     each work tile in that order goes to the block that frees first (ties to the lower
@@ -42,10 +43,11 @@ def key_tiles(row_tile: int, seq_len: int, block_rows: int, block_cols: int, cau
     return min(-(-(row_tile + 1) * block_rows // block_cols), every) if causal else every
 
 
-def section_heads(batch_heads: int, kv_head_bytes: int, l2_section_bytes: int) -> int:
-    """Heads per section: as many as have their K and V in `l2_section_bytes` (0: one), 1 to batch_heads."""
+def section_heads(batch_heads: int, kv_head_bytes: int, l2_section_bytes: int, kv_group: int = 1) -> int:
+    """Heads per section: the query heads of as many K/V heads as have their K and V in `l2_section_bytes`
+    (0: one), kv_group query heads a K/V head; 1 to batch_heads."""
     fit = l2_section_bytes // kv_head_bytes if l2_section_bytes else 1
-    return int(min(max(fit, 1), batch_heads))
+    return int(min(max(fit, 1) * kv_group, batch_heads))
 
 
 def order(row_tiles: int, batch_heads: int, heads_per_section: int) -> np.ndarray:
@@ -77,10 +79,10 @@ def to_the_block_that_frees_first(tiles: np.ndarray, costs: np.ndarray, blocks: 
 
 
 def work_list(row_tiles: int, batch_heads: int, heads: int, blocks: int, seq_len: int, head_dim: int,
-              block_rows: int, block_cols: int, causal: bool, l2_section_bytes: int, element_bytes: int = 2
-              ) -> np.ndarray:
+              block_rows: int, block_cols: int, causal: bool, l2_section_bytes: int, element_bytes: int = 2,
+              kv_group: int = 1) -> np.ndarray:
     """The int32 records the kernel reads (the module says how) for `blocks` blocks, of `batch_heads` heads
-    in batches of `heads`."""
+    in batches of `heads`, each `kv_group` consecutive heads on one K/V head."""
     if blocks < 1 or row_tiles < 1 or batch_heads < 1 or heads < 1 or batch_heads % heads:
         raise FlashbenchError(f"a work list needs a block, a work tile and batches of whole heads: {blocks} blocks, "
                               f"{row_tiles} row tiles, {batch_heads} heads in batches of {heads}")
@@ -89,7 +91,7 @@ def work_list(row_tiles: int, batch_heads: int, heads: int, blocks: int, seq_len
     if blocks > row_tiles * batch_heads:
         raise FlashbenchError(f"{blocks} blocks for {row_tiles * batch_heads} work tiles: a block would take none")
     kv_head_bytes = 2 * seq_len * head_dim * element_bytes
-    tiles = order(row_tiles, batch_heads, section_heads(batch_heads, kv_head_bytes, l2_section_bytes))
+    tiles = order(row_tiles, batch_heads, section_heads(batch_heads, kv_head_bytes, l2_section_bytes, kv_group))
     length = np.array([key_tiles(r, seq_len, block_rows, block_cols, causal) + TILE_OVERHEAD for r in range(row_tiles)])
     per_block = share_out(tiles, length[tiles % row_tiles], blocks)
     begin = np.concatenate([[0], np.cumsum([len(t) - 1 for t in per_block])])
