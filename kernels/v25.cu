@@ -7,8 +7,8 @@
 // Choice: grouped K/V heads a build of their own, not every build's: in the fp16 build a K/V head held
 //   beside the Q head (even head + 1) had ptxas serialise every wgmma of the ragged-first entry (C7511),
 //   its turns 39, 88, 49 SASS instructions long becoming 121, 317, 278, and a guard that traps on a
-//   kv_group other than 1 did the same to the causal build's; so the builds without the parameter neither
-//   read kv_group nor divide by it, and the grouped build divides at each K and V load.
+//   kv_group other than 1 did the same to the causal build's; so the builds without the parameter ignore
+//   kv_group, and the grouped build works out each K and V load's head where it loads (the producer's).
 // Any S: Q, K, V and O are read and written through 4-D tensor maps by head ({D, S, H, B}), whose
 // bound on S fills a box that reaches past the last row with zeros and clips the O stores; keys at
 // or past S are masked in the last key tile.
@@ -200,21 +200,33 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     setmaxnreg_dec<kProducerRegs>();
     if (warp == 0 && elect_lane0()) {
       Ring<kStages> k_ring, v_ring;
-      // K and V of a work tile are its K/V head's. (Worked out at each load: held beside the Q head for the
-      // work tile, it had ptxas serialise the ragged-first entry's wgmma, C7511.)
-      const auto kv_head = [&](int head) { return kGroupedKv ? head / kv_group : head; };
+      // K and V of a work tile are its K/V head's, head / kv_group: the high word of head * ceil(2^32 /
+      // kv_group), exact while head * kv_group < 2^32 (the launch holds the heads per batch to 2^16), worked
+      // out before the empty barrier's wait (the empty asm keeps it there), so that the load issues the
+      // moment its stage frees: this producer is on the critical path. An integer division after the wait
+      // took 5% more cycles at S = 4096 and 16384, as did a float multiply (its conversions) before or after
+      // it; the multiply after the wait, or the K/V head held beside the Q head for the work tile, had
+      // ptxas serialise the ragged-first entry's wgmma (C7511) (NOTES).
+      const uint32_t kv_magic = 0xFFFFFFFFu / uint32_t(kv_group) + 1;
+      const auto kv_head = [&](int head) {
+        const int kv = kGroupedKv && kv_group > 1 ? int(__umulhi(uint32_t(head), kv_magic)) : head;
+        asm volatile("" ::"r"(kv));
+        return kv;
+      };
       const auto load_k = [&](const WorkTile& t, int tile) {
+        const int head = kv_head(t.head);
         mbar_wait(&smem.k_empty[k_ring.stage], k_ring.phase ^ 1);
         mbar_arrive_expect_tx(&smem.k_full[k_ring.stage], kTileBytes);
-        tma_load_head_tile<kBc>(smem.k[k_ring.stage][0], &tmap_k, &smem.k_full[k_ring.stage], key_start(tile),
-                                kv_head(t.head), t.batch);
+        tma_load_head_tile<kBc>(smem.k[k_ring.stage][0], &tmap_k, &smem.k_full[k_ring.stage], key_start(tile), head,
+                                t.batch);
         k_ring.advance();
       };
       const auto load_v = [&](const WorkTile& t, int tile) {
+        const int head = kv_head(t.head);
         mbar_wait(&smem.v_empty[v_ring.stage], v_ring.phase ^ 1);
         mbar_arrive_expect_tx(&smem.v_full[v_ring.stage], kTileBytes);
-        tma_load_head_tile<kBc>(smem.v[v_ring.stage][0], &tmap_v, &smem.v_full[v_ring.stage], key_start(tile),
-                                kv_head(t.head), t.batch);
+        tma_load_head_tile<kBc>(smem.v[v_ring.stage][0], &tmap_v, &smem.v_full[v_ring.stage], key_start(tile), head,
+                                t.batch);
         v_ring.advance();
       };
       uint32_t q_phase = 0;  // parity of the block's current work tile

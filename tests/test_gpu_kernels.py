@@ -25,8 +25,8 @@ CASE = Shape(1, 64, 1024, 128)
 
 @pytest.fixture(scope="module")
 def builds(settings, tmp_path_factory, needs_nvcc):
-    """Every kernel build (each kernel in each configuration it runs in: v25, v25.causal) that runs here,
-    by its name."""
+    """Every kernel build (each kernel in each configuration it runs in: v25, v25.causal, v25.bf16, v25.gqa)
+    that runs here, by its name, making its inputs in its configuration."""
     here = gpu.require().arch
     out = tmp_path_factory.mktemp("cubins")
     kernels = {}
@@ -38,7 +38,7 @@ def builds(settings, tmp_path_factory, needs_nvcc):
         cubin = out / f"{run.name}.cubin"
         record = compile_kernel(run.name, ROOT / k.source, arch, settings.nvcc_flags, settings.defines(run.name), cubin)
         write_json(out / f"{run.name}.json", record)
-        kernels[run.name] = AttentionKernel(cubin, record)
+        kernels[run.name] = AttentionKernel(cubin, record, run.configuration)
     return kernels
 
 
@@ -101,7 +101,7 @@ class Planted(AttentionKernel):
         rows = slice(S // 2, S // 2 + self.contract["block_rows"])
         if self.defect == "scale":
             self.launch(self.row_tiles(S), B * H, q, k, v, o, S, scale=1.01 * attention.softmax_scale(D),
-                        heads_per_batch=H)
+                        heads_per_batch=H, kv_group=H // k.shape[1])
             return o
         super().__call__(q, k, v, o)
         if self.defect == "zero_row":
@@ -135,6 +135,41 @@ def test_a_defect_planted_in_the_real_kernel_fails_its_check(build, name, defect
         assert not result["passed"], (name, defect, shape)
         # failed by the gate itself: NaN where nothing was written, else an error above its bound
         assert ("NaN/Inf" in result["reason"]) if defect == "unwritten_tile" else ("plain fp16" in result["reason"])
+
+
+@pytest.fixture(scope="module")
+def configured_build(builds):
+    """The builds in a configuration of another element type or of grouped K/V heads (v25.bf16, v25.gqa)."""
+    kernels = {name: kernel for name, kernel in builds.items()
+               if kernel.configuration.dtype != "fp16" or kernel.configuration.kv_group > 1}
+    if not kernels:
+        pytest.skip("no build in bf16 or on grouped K/V heads runs on this GPU")
+    return kernels
+
+
+def test_bf16_and_grouped_kv_builds_pass_at_any_seq_len_on_every_kind_of_input(configured_build, gate, settings):
+    """In bf16 against plain bf16 code; on grouped K/V heads at the configuration's group, which leaves 3, 5
+    and 7 query heads on one K/V head and 2*SMs+7 on two."""
+    for kernel in configured_build.values():
+        shapes = [CASE, Shape(1, 16, 2048, 128), Shape(2, 2 * kernel.sm_count + 8, 384, 128), *RAGGED]
+        result = check_kernel(kernel, shapes, gate, smallest=settings.check_smallest, progress=lambda m: None)
+        assert result["passed"], (kernel.name, result["reason"])
+        assert {r["inputs"] for r in result["shapes"]} == set(attention.INPUT_KINDS)
+        if kernel.configuration.kv_group > 1:
+            assert {(r["H"], r["H_kv"]) for r in result["shapes"] if r["S"] == CASE.S} == {(64, 8)}
+
+
+@pytest.mark.parametrize("defect", ["zero_row", "scale", "unwritten_tile"])
+def test_a_defect_planted_in_a_bf16_or_grouped_build_fails_its_check(configured_build, defect, gate):
+    for kernel in configured_build.values():
+        planted = Planted(kernel.cubin, kernel.record, kernel.configuration)
+        planted.defect = defect
+        for shape in (CASE, Shape(3, 5, 1000, 128)):
+            assert check_kernel(kernel, [shape], gate, kinds=["normal"], progress=lambda m: None)["passed"]
+            result = check_kernel(planted, [shape], gate, kinds=["normal"], progress=lambda m: None)
+            assert not result["passed"], (kernel.name, defect, shape)
+            assert ("NaN/Inf" in result["reason"]) if defect == "unwritten_tile" else \
+                (f"plain {kernel.dtype}" in result["reason"])
 
 
 # S that is no multiple of a tile, below one tile, and B*H odd: the last row tile and key tile are partial
@@ -195,10 +230,10 @@ from flashbench.files import read_json
 from flashbench.launch import AttentionKernel
 
 class Mislaunched(AttentionKernel):
-    def _work_list(self, row_tiles, heads, heads_per_batch, seq_len):
+    def _work_list(self, row_tiles, heads, heads_per_batch, seq_len, kv_group=1):
         if sys.argv[3] == "stale_list":  # made for twice the heads: another grid and work tile count
-            return super()._work_list(row_tiles, 2 * heads, 2 * heads_per_batch, seq_len)
-        return super()._work_list(row_tiles, heads, heads_per_batch, seq_len)
+            return super()._work_list(row_tiles, 2 * heads, 2 * heads_per_batch, seq_len, kv_group)
+        return super()._work_list(row_tiles, heads, heads_per_batch, seq_len, kv_group)
 
     def __call__(self, q, k, v, o):
         B, H, S, D = q.shape
@@ -237,11 +272,13 @@ def test_a_mislaunched_kernel_fails_loudly_and_the_run_goes_on(build, name, how)
 LAUNCH_ONCE = """
 import sys
 import cupy as cp
+from flashbench import config
 from flashbench.config import Shape
 from flashbench.files import read_json
 from flashbench.launch import AttentionKernel
 
-kernel = AttentionKernel(sys.argv[1], read_json(sys.argv[2]))
+run = config.load(sys.argv[3]).run(sys.argv[4])  # its inputs in its configuration: 3 query heads on one K/V head in gqa
+kernel = AttentionKernel(sys.argv[1], read_json(sys.argv[2]), run.configuration)
 for S in (200, 150):
     kernel(*kernel.inputs(Shape(1, 3, S, 128), cp.random.default_rng(0), "far_max"))
 cp.cuda.runtime.deviceSynchronize()
@@ -260,7 +297,8 @@ def test_a_kernel_by_head_is_clean_under_compute_sanitizer(build, causal_build, 
         record = tmp_path / f"{kernel.name}.json"
         write_json(record, kernel.record)
         proc = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "9", sys.executable, "-c", LAUNCH_ONCE,
-                               str(kernel.cubin), str(record)], capture_output=True, text=True, timeout=300)
+                               str(kernel.cubin), str(record), str(ROOT / "config.yaml"), kernel.name],
+                              capture_output=True, text=True, timeout=300)
         out = proc.stdout + proc.stderr  # the sanitizer's report, then the program's
         assert proc.returncode == 0, out[-2000:]
         assert "ERROR SUMMARY: 0 errors" in out or "RACECHECK SUMMARY: 0 hazards" in out, out[-2000:]

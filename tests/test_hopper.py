@@ -193,6 +193,9 @@ def test_grouped_kv_heads_map_k_and_v_over_their_own_heads_and_pass_the_group_af
         with pytest.raises(FlashbenchError, match="groups of"):
             launch._tensor_map_params(contract, q, k, v, o, seq_len=1000, heads=16, scale_log2=1.0, row_tiles=8,
                                       heads_per_batch=8, kv_group=group)
+    with pytest.raises(FlashbenchError, match="works a K/V head out exactly for at most 65536"):
+        launch._tensor_map_params(grouped, q, k, v, o, seq_len=1, heads=2**17, scale_log2=1.0, row_tiles=1,
+                                  heads_per_batch=2**17, kv_group=2)
 
 
 def test_a_kernel_that_walks_a_work_list_is_passed_its_address_last(monkeypatch):

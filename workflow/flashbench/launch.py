@@ -31,6 +31,7 @@ from .compile import ENTRY
 from .config import Configuration, Shape
 
 MAX_GRID_Y = 65535  # gridDim.y limit: the grid's y is B*H
+MAX_GROUPED_HEADS = 2**16  # V25's grouped build finds a K/V head by a multiply by ceil(2^32 / group), exact to this
 MAX_INT32 = 2**31 - 1  # a persistent kernel counts its work tiles and rows in int (at the sizes a GPU holds
                        # today the other kernels' int row offsets stay below it too)
 
@@ -296,6 +297,9 @@ def _tensor_map_params(contract: dict, q: int, k: int, v: int, o: int, seq_len: 
     if kv_group != 1 and not (contract.get("grouped_kv") and kv_group >= 1 and heads_per_batch % kv_group == 0):
         raise FlashbenchError(f"K/V heads in groups of {kv_group}: the kernel takes "
                               f"{'groups that divide the heads per batch' if contract.get('grouped_kv') else 'none'}")
+    if contract.get("grouped_kv") and heads_per_batch > MAX_GROUPED_HEADS:
+        raise FlashbenchError(f"{heads_per_batch} heads per batch: a kernel on grouped K/V heads works a K/V head out "
+                              f"exactly for at most {MAX_GROUPED_HEADS}")
     data_type = tensormap.DATA_TYPES[contract.get("dtype", "fp16")]
     maps = []
     for spec in contract["tensor_maps"]:
