@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from flashbench import attention, config, gpu
+from flashbench import attention, config, elements, gpu
 from flashbench.check import Gate, check_kernel
 from flashbench.compile import compile_kernel, runnable_build
 from flashbench.config import Shape
@@ -100,7 +100,9 @@ class Planted(AttentionKernel):
         B, H, S, D = q.shape
         rows = slice(S // 2, S // 2 + self.contract["block_rows"])
         if self.defect == "scale":
-            self.launch(self.row_tiles(S), B * H, q, k, v, o, S, scale=1.01 * attention.softmax_scale(D),
+            # 1% too large in fp16; as many of bf16's coarser roundings (8%), which 1% hides in at B*H=15
+            wrong = 1 + 0.01 * elements.HALF_ULP[self.dtype] / elements.HALF_ULP["fp16"]
+            self.launch(self.row_tiles(S), B * H, q, k, v, o, S, scale=wrong * attention.softmax_scale(D),
                         heads_per_batch=H, kv_group=H // k.shape[1])
             return o
         super().__call__(q, k, v, o)
@@ -120,7 +122,7 @@ class Planted(AttentionKernel):
             super().__call__(*head)
             o[0, H // 2, rows] = head[3][0, 0, rows]
         elif self.defect == "unwritten_tile":
-            o[0, H // 2, rows] = attention.poisoned_output(self.cp, Shape(1, 1, rows.stop - rows.start, D))[0, 0]
+            o[0, H // 2, rows] = attention.poisoned_output(self.cp, Shape(1, 1, rows.stop - rows.start, D), self.dtype)[0, 0]
         return o
 
 
