@@ -177,6 +177,23 @@ def test_archived_report_is_what_its_results_render_to(slug, tmp_path):
             f"reports/{slug}/{name} differs from its results: run `snakemake report`"
 
 
+@pytest.mark.parametrize("slug", ARCHIVED)
+def test_a_configuration_held_to_anothers_cycles_renders_its_own_next_goal(slug, tmp_path):
+    """The archive's causal part judged as bf16 is (its cycles against dense's, nothing else asked): the
+    next goal's words and table say so, with no rival or efficiency table."""
+    from dataclasses import replace
+
+    asked = replace(GOAL, next=replace(GOAL.next, configurations={"causal": {
+        "factors": {}, "efficiency_case": None, "efficiency_long": None,
+        "cycles_of": {"configuration": "dense", "within": 0.02}}}))
+    fresh = gpu_reports.render(ROOT / "results" / slug, tmp_path, TEMPLATE, slug, asked)
+    causal = (fresh.parent / "hopper.md").read_text().split("# The line in the configuration causal", 1)[1]
+    next_goal = causal.split("## The next goal: past FlashAttention-3", 1)[1].split("\n## ", 1)[0]
+    assert ": its cycles at most 2% above those of the best version of dense." in next_goal
+    assert "| at | cycles over dense's | asked at most | met |" in next_goal and "| case |" in next_goal
+    assert "| rival |" not in next_goal and "efficiency per cycle |" not in next_goal
+
+
 def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path, records_settings):
     from flashbench.cli import main
 
@@ -482,6 +499,32 @@ def test_a_configuration_may_ask_the_next_goal_for_other_efficiencies():
     causal = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("causal"))
     assert causal["efficiency"] == [] and causal["missing"] == ["the best version's cycles at S >= 16384"]
     assert not causal["complete"] and "the best version's cycles at the case" not in causal["missing"]
+
+
+def test_a_configuration_may_hold_its_cycles_to_another_configurations_and_ask_no_efficiency():
+    """bf16: nothing of the rivals or the efficiency, its best version's cycles at most 2% above the fp16
+    configuration's best version's at the case and at every S from min_s; grouped K/V heads: FlashAttention's
+    kernel alone, no efficiency."""
+    from dataclasses import replace
+
+    asked = replace(GOAL, next=replace(GOAL.next, configurations={
+        "bf16": {"factors": {}, "efficiency_case": None, "efficiency_long": None,
+                 "cycles_of": {"configuration": "dense", "within": 0.02}},
+        "gqa": {"factors": {"flash_attn_cute": 1.05}, "efficiency_case": None, "efficiency_long": None}}))
+    goal_verdicts, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.50)
+    cycles["cycles"] = [100.0, 200.0, 300.0, 50.0]  # v23 at 512, 1024 (the case), 8192; v22 at 8192
+    dense = pd.DataFrame([{"kernel": "v23", "S": 1024, "is_case": True, "cycles": 198.0},
+                          {"kernel": "v23", "S": 8192, "is_case": False, "cycles": 290.0}])
+    bf16 = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("bf16"), dense)
+    assert bf16["ratios"] == [] and bf16["efficiency"] == [] and bf16["complete"]
+    assert [(c["where"], round(c["ratio"], 4), c["met"]) for c in bf16["cycles_of"]] == [
+        ("case", round(200 / 198, 4), True), ("S=8192", round(300 / 290, 4), False)]
+    assert bf16["misses"] == [f"{300 / 290:.3f}x dense's cycles at S=8192"] and not bf16["reached"]
+    unpaired = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("bf16"), dense.iloc[:1])
+    assert unpaired["missing"] == ["dense's cycles at S=8192"] and not unpaired["complete"]
+    gqa = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("gqa"))
+    assert [r["rival"] for r in gqa["ratios"]] == ["flash_attn_cute"] * 2 and gqa["efficiency"] == []
+    assert gqa["reached"] and gqa["cycles_of"] == []
 
 
 def test_a_ragged_length_is_judged_against_the_next_multiple_of_128_by_its_paired_interval():

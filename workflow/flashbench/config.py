@@ -119,8 +119,11 @@ class NextGoal:
     min_s: int  # at the case and at every S from here
     efficiency_case: float | None  # the best version's efficiency per cycle at the case (None: not asked)
     long_s: int
-    efficiency_long: float  # and at every S from long_s
+    efficiency_long: float | None  # and at every S from long_s (None: not asked)
     configurations: dict = field(default_factory=dict)  # a configuration's name -> what it asks instead
+    # {configuration, within}: the best version's cycles at the case and at every S from min_s at most
+    # (1 + within) times the cycles of that configuration's best version there (a configuration's only)
+    cycles_of: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -502,10 +505,15 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
             if name not in {p.name for p in peers}:
                 raise ConfigError(f"config key 'head_to_head.rivals[{i}]': {name!r} is not one of the peers")
 
-    for name in config["goal"]["next"].get("configurations", {}):
+    for name, asked in config["goal"]["next"].get("configurations", {}).items():
         if name not in known_configurations:
             raise ConfigError(f"config key 'goal.next.configurations.{name}': unknown configuration {name!r} "
                               f"(defined under configurations: {', '.join(known_configurations)})")
+        against = (asked.get("cycles_of") or {}).get("configuration")
+        if against is not None and (against not in known_configurations or against == name):
+            raise ConfigError(f"config key 'goal.next.configurations.{name}.cycles_of.configuration': {against!r} is "
+                              f"not another configuration (defined under configurations: "
+                              f"{', '.join(known_configurations)})")
 
     ncu = config.get("ncu")
     if isinstance(ncu, str) and ncu.lower() in ("false", "true", "null", "none"):

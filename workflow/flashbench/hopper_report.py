@@ -107,11 +107,14 @@ def goal_verdicts(table: pd.DataFrame | None, meta: dict, goal: Goal, cycles: pd
                              for r in mine[mine.rival.isin(headline[1:])].itertuples()]}
 
 
-def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, goal: Goal) -> dict | None:
+def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, goal: Goal,
+              reference: pd.DataFrame | None = None) -> dict | None:
     """The next goal (goal.next): for each of its rivals at the case and at each S from its min_s, the
     best version's interval's lower end by graph and the rival's cycles over its, against the factor;
     the best version's efficiency per cycle at the case (where asked: efficiency_case not None) and
-    from its long_s up. Judged where every such point and count is there; None without a head-to-head
+    from its long_s up (where asked); and where goal.next.cycles_of asks, its cycles over those of the
+    other configuration's best version (`reference`: that one's rows of its cycles table) at the case and
+    at each S from min_s. Judged where every such point and count is there; None without a head-to-head
     and cycle counts."""
     if not verdicts or cycles is None or cycles.empty:
         return None
@@ -126,17 +129,41 @@ def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, go
     efficiency = [{"where": _where(r.is_case, r.S), "efficiency": float(r.efficiency_per_cycle),
                    "floor": goal.next.efficiency_case if r.is_case else goal.next.efficiency_long}
                   for r in mine.itertuples() if (r.is_case and goal.next.efficiency_case is not None)
-                  or (not r.is_case and r.S >= goal.next.long_s)]
+                  or (not r.is_case and r.S >= goal.next.long_s and goal.next.efficiency_long is not None)]
     for e in efficiency:
         e["met"] = e["efficiency"] >= e["floor"]
     wheres = list(dict.fromkeys(p["where"] for p in verdicts["points"]
                                 if p["is_case"] or p["S"] >= goal.next.min_s))
+    against = _cycles_against(mine, reference, wheres, goal.next.cycles_of)
     missing = _next_goal_missing(wheres, factor, ratios, efficiency, goal.next)
+    missing += [f"{goal.next.cycles_of['configuration']}'s cycles at {a['where']}" for a in against
+                if a["ratio"] is None]
     complete = not missing
     misses = [f"{r['rival']} at {r['where']}" for r in ratios if not r["met"]]
     misses += [f"{100 * e['efficiency']:.1f}% per cycle at {e['where']}" for e in efficiency if not e["met"]]
-    return {"best": verdicts["best"], "ratios": ratios, "efficiency": efficiency, "complete": complete,
-            "reached": complete and not misses, "misses": misses, "missing": missing, "factors": factor}
+    misses += [f"{a['ratio']:.3f}x {goal.next.cycles_of['configuration']}'s cycles at {a['where']}" for a in against
+               if a["ratio"] is not None and not a["met"]]
+    return {"best": verdicts["best"], "ratios": ratios, "efficiency": efficiency, "cycles_of": against,
+            "complete": complete, "reached": complete and not misses, "misses": misses, "missing": missing,
+            "factors": factor}
+
+
+def _cycles_against(mine: pd.DataFrame, reference: pd.DataFrame | None, wheres: list[str], asked: dict | None
+                    ) -> list[dict]:
+    """Where goal.next.cycles_of asks: at each of `wheres` that the best version was counted at, its cycles
+    over the reference configuration's best version's (None where that one was not counted there), and
+    whether at most 1 + within."""
+    if not asked:
+        return []
+    theirs = {} if reference is None else {_where(r.is_case, r.S): float(r.cycles) for r in reference.itertuples()}
+    out = []
+    for r in mine.itertuples():
+        where = _where(r.is_case, r.S)
+        if where in wheres:
+            ratio = float(r.cycles) / theirs[where] if where in theirs else None
+            out.append({"where": where, "ratio": ratio, "within": asked["within"],
+                        "met": ratio is not None and ratio <= 1 + asked["within"]})
+    return out
 
 
 def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], efficiency: list[dict], asked
@@ -154,7 +181,7 @@ def _next_goal_missing(wheres: list[str], factor: dict, ratios: list[dict], effi
     missing += [f"{r['rival']}'s cycles at {r['where']}" for r in ratios if r["cycles"] is None]
     if asked.efficiency_case is not None and not any(e["where"] == "case" for e in efficiency):
         missing.append("the best version's cycles at the case")
-    if all(e["where"] == "case" for e in efficiency):
+    if asked.efficiency_long is not None and all(e["where"] == "case" for e in efficiency):
         missing.append(f"the best version's cycles at S >= {asked.long_s}")
     return missing
 
@@ -210,7 +237,10 @@ def _cells(row: pd.Series) -> list:
 
 
 def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFrame, meta: dict, goal: Goal,
-            head_to_head: pd.DataFrame | None = None, cycles: pd.DataFrame | None = None) -> dict:
+            head_to_head: pd.DataFrame | None = None, cycles: pd.DataFrame | None = None,
+            reference: pd.DataFrame | None = None) -> dict:
+    """What hopper.md's part of one configuration shows; `reference`: the cycle counts of the best version
+    of the configuration goal.next.cycles_of names (next_goal)."""
     kernels = meta["kernels"]
     line = [k for k in kernels if k.get("line") == LINE]
     chapter_versions = [k["name"] for k in kernels if k.get("line", "g3") == "g3" and k["kind"] == "version"]
@@ -263,7 +293,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "not_run": [k for k in line if not k.get("check_passed")],
         "order": order,
         "goal_verdicts": verdicts,
-        "next_goal": next_goal(verdicts, cycles, meta, goal),
+        "next_goal": next_goal(verdicts, cycles, meta, goal, reference),
         "cycles": cycle_counts(cycles, meta),
         "dispatch_bound": dispatch_bound,
         "ragged": ragged,
@@ -279,11 +309,16 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
     `gpu_name` as the chapter's report gives it."""
     parts, goals, figures = [], [], []
     first_runs = [k["name"] for k in views[0][1]["kernels"] if k.get("line") == LINE or k["kind"] == "peer"]
+    best_counts = {}  # each configuration's best version's cycle counts: what another's may be held to
+    for _, meta, tables in views:
+        if meta.get("configuration") and tables["cycles"] is not None and (best := line_best(meta)):
+            best_counts[meta["configuration"]["name"]] = tables["cycles"][tables["cycles"].kernel == best]
     for i, (summary, meta, tables) in enumerate(views):
         configuration = meta.get("configuration")
-        ctx = context(summary, tables["resources"], tables["profile"], meta,
-                      goal.in_configuration(configuration["name"] if configuration else None),
-                      head_to_head=tables["head_to_head"], cycles=tables["cycles"])
+        asked = goal.in_configuration(configuration["name"] if configuration else None)
+        ctx = context(summary, tables["resources"], tables["profile"], meta, asked,
+                      head_to_head=tables["head_to_head"], cycles=tables["cycles"],
+                      reference=best_counts.get((asked.next.cycles_of or {}).get("configuration")))
         figures.append(_figure_data(ctx, summary, meta, configuration))
         line = [k["name"] for k in ctx["line"]]
         checked = summary[(summary.series == "check") & summary.kernel.isin(line)]
