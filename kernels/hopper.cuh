@@ -244,9 +244,33 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uin
   if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N128K16_RS_BT("bf16.bf16");
   else FLASH_WGMMA_M64N128K16_RS_BT("f16.f16");
 }
+// The same at N = 64 (PV at head dim 64): D is 32 accumulators.
+#define FLASH_WGMMA_M64N64K16_RS_BT(TYPES)                                                                    \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"                                               \
+               " wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "                                     \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                     \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"             \
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                              \
+               : FLASH_D8(0), FLASH_D8(8), FLASH_D8(16), FLASH_D8(24)                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+template <typename T = half>
+__device__ __forceinline__ void wgmma_m64n64k16_rs_bt(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                      int accumulate) {
+  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N64K16_RS_BT("bf16.bf16");
+  else FLASH_WGMMA_M64N64K16_RS_BT("f16.f16");
+}
+// Either, by the accumulators given: N = 2 x their count (PV at head dim 128 or 64).
+template <typename T, int kAcc>
+__device__ __forceinline__ void wgmma_m64k16_rs_bt(float (&d)[kAcc], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int accumulate) {
+  static_assert(kAcc == 64 || kAcc == 32, "PV at N = 128 or 64");
+  if constexpr (kAcc == 64) wgmma_m64n128k16_rs_bt<T>(d, a, desc_b, accumulate);
+  else wgmma_m64n64k16_rs_bt<T>(d, a, desc_b, accumulate);
+}
 #undef FLASH_WGMMA_M64N128K16_SS
 #undef FLASH_WGMMA_M64N32K16_SS
 #undef FLASH_WGMMA_M64N128K16_RS_BT
+#undef FLASH_WGMMA_M64N64K16_RS_BT
 #undef FLASH_D64
 #undef FLASH_D8
 #undef FLASH_WGMMA_D64
@@ -303,12 +327,13 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void*
                "r"(col), "r"(row), "r"(head), "r"(batch), "r"(smem_addr(src))
                : "memory");
 }
-// A [rows][128] tile of one head from `row` on: two boxes, head columns 0-63 then 64-127.
-template <int kRows, typename T>
+// A [rows][D] tile of one head from `row` on: head columns 0-63, then at D = 128 columns 64-127.
+template <int kRows, int kHeadCols, typename T>
 __device__ __forceinline__ void tma_load_head_tile(T* dst, const CUtensorMap* map, uint64_t* bar, int row, int head,
                                                    int batch) {
+  static_assert(kHeadCols == 64 || kHeadCols == 128, "one or two boxes of 64 columns");
   tma_load_4d(dst, map, bar, 0, row, head, batch);
-  tma_load_4d(dst + kRows * kBoxCols, map, bar, kBoxCols, row, head, batch);
+  if constexpr (kHeadCols == 128) tma_load_4d(dst + kRows * kBoxCols, map, bar, kBoxCols, row, head, batch);
 }
 
 // ---- a ring of buffers, each with a full and an empty barrier ----------------------------------------
@@ -392,15 +417,15 @@ struct WorkList {
 // columns 2 quad, 2 quad + 1 of the block: stmatrix's own fragment). Lane l gives the address of row
 // l % 8 of matrix l / 8: tile row st_row, 16-byte chunk 2j + l / 16 of its 256 bytes, in half chunk / 8
 // at swizzled chunk (chunk % 8) ^ (st_row % 8). `inv`: 1 / the row sums of rows g and g + 8. T: O's
-// element type.
-template <int kTileRows, typename T>
-__device__ __forceinline__ void write_o_rows(T* o_tile, int first_row, const float (&o_acc)[64],
+// element type; kAcc: the accumulators of a row pair, D / 2 (64 at D = 128, 32 at D = 64).
+template <int kTileRows, typename T, int kAcc>
+__device__ __forceinline__ void write_o_rows(T* o_tile, int first_row, const float (&o_acc)[kAcc],
                                              const float (&inv)[2]) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int st_row = first_row + warp * 16 + ((lane / 8) % 2) * 8 + lane % 8;
   const uint32_t st_base = smem_addr(o_tile) + st_row * kBoxRowBytes;
 #pragma unroll
-  for (int j = 0; j < kHeadDim / 16; ++j) {
+  for (int j = 0; j < kAcc / 8; ++j) {
     const int chunk = 2 * j + lane / 16;
     const uint32_t addr = st_base + (chunk / 8) * (kTileRows * kBoxRowBytes) + ((chunk % 8) ^ (st_row % 8)) * 16;
     stmatrix_x4(addr, pack_pair<T>(o_acc[8 * j + 0] * inv[0], o_acc[8 * j + 1] * inv[0]),

@@ -3,7 +3,8 @@
 // Configuration, at compile time: FLASH_CAUSAL (0 or 1; keys after each query are masked), FLASH_BF16
 // (0: fp16 Q, K, V and O, 1: bf16; the wgmma's input type, P's and O's rounding), FLASH_GROUPED_KV (1:
 // K and V have H / kv_group heads, kv_group the query heads that read one K/V head, given at launch: 2
-// to H, MQA at H; 0: one K/V head per query head, kv_group 1) and D = 128.
+// to H, MQA at H; 0: one K/V head per query head, kv_group 1) and FLASH_HEAD_DIM, D (128, or 64: one
+// 64-column box a row, PV on wgmma m64n64k16, 32 accumulators of O a thread; the schedule the same).
 // Choice: grouped K/V heads a build of their own, not every build's: in the fp16 build a K/V head held
 //   beside the Q head (even head + 1) had ptxas serialise every wgmma of the ragged-first entry (C7511),
 //   its turns 39, 88, 49 SASS instructions long becoming 121, 317, 278, and a guard that traps on a
@@ -71,7 +72,8 @@
 //                 (causal row tile 0 of the ragged-first entry: its rows from 0 copied by 128 threads)
 //     softmax(j) masks first on a tile the diagonal or S crosses; it takes exp against the running
 //     m (V23), moves m only past 2^8 (V22), and multiplies S again on the FMA pipe where P overflows.
-//   Br = 128, Bc = 128. Shared memory: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the barriers.
+//   Br = 128, Bc = 128. Shared memory at D = 128: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the barriers
+//   (at D = 64 half as much).
 //
 #include <climits>      // INT_MAX: a mask with no end
 #include <type_traits>  // std::integral_constant: a batch's compile-time mask flag
@@ -86,6 +88,9 @@
 #endif
 #ifndef FLASH_GROUPED_KV
 #define FLASH_GROUPED_KV 0
+#endif
+#ifndef FLASH_HEAD_DIM
+#define FLASH_HEAD_DIM 128
 #endif
 
 using namespace flash;
@@ -109,14 +114,15 @@ static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "
 constexpr int kBr = 128;                                     // query rows per work tile
 constexpr int kWgRows = kBr / kConsumerWarpgroups;           // 64 rows per consumer warpgroup: one wgmma M
 constexpr int kBc = 128;                                     // keys per K/V tile: one wgmma N (QK)
-constexpr int kD = kHeadDim;                                 // 128: PV's wgmma N
+constexpr int kD = FLASH_HEAD_DIM;                           // 128 (or 64): PV's wgmma N
 constexpr float kRescaleLog2 = 8.f;                          // V22: m moves when (max - m) * scale_log2 > 8
 constexpr float kRescaleP = 256.f;                           // V23: the same, seen on P: P > 2^8
 constexpr int kStages = 2;                                   // K/V ring depth
-constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row
+constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row (1 at D = 64)
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
 constexpr int kRaggedFirstKeys = 32;                         // the entry ..._ragged_first takes 0 < S mod 128 <= this
-static_assert(kWgRows == 64 && kBc == 128 && kD == 128, "the wgmma shapes below are m64n128k16");
+static_assert(kWgRows == 64 && kBc == 128 && (kD == 128 || kD == 64),
+              "the wgmma shapes below: QK m64n128k16, PV m64n128k16 or m64n64k16");
 static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
 
 struct SharedStorage {
@@ -217,7 +223,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         const int head = kv_head(t.head);
         mbar_wait(&smem.k_empty[k_ring.stage], k_ring.phase ^ 1);
         mbar_arrive_expect_tx(&smem.k_full[k_ring.stage], kTileBytes);
-        tma_load_head_tile<kBc>(smem.k[k_ring.stage][0], &tmap_k, &smem.k_full[k_ring.stage], key_start(tile), head,
+        tma_load_head_tile<kBc, kD>(smem.k[k_ring.stage][0], &tmap_k, &smem.k_full[k_ring.stage], key_start(tile), head,
                                 t.batch);
         k_ring.advance();
       };
@@ -225,19 +231,21 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         const int head = kv_head(t.head);
         mbar_wait(&smem.v_empty[v_ring.stage], v_ring.phase ^ 1);
         mbar_arrive_expect_tx(&smem.v_full[v_ring.stage], kTileBytes);
-        tma_load_head_tile<kBc>(smem.v[v_ring.stage][0], &tmap_v, &smem.v_full[v_ring.stage], key_start(tile), head,
+        tma_load_head_tile<kBc, kD>(smem.v[v_ring.stage][0], &tmap_v, &smem.v_full[v_ring.stage], key_start(tile), head,
                                 t.batch);
         v_ring.advance();
       };
       uint32_t q_phase = 0;  // parity of the block's current work tile
-      // warpgroup c's rows (both 64-column boxes of them) once c is done with its rows of the last Q
+      // warpgroup c's rows (every 64-column box of them) once c is done with its rows of the last Q
       const auto load_q = [&](const WorkTile& t) {
         for (int c = 0; c < kConsumerWarpgroups; ++c) {
           const int row = t.row_tile * kBr + c * kWgRows - row_shift;
           mbar_wait(&smem.q_empty[c], q_phase ^ 1);
           mbar_arrive_expect_tx(&smem.q_full[c], kQRowsBytes);
-          tma_load_4d(smem.q[0] + c * kWgRows * kBoxCols, &tmap_q, &smem.q_full[c], 0, row, t.head, t.batch);
-          tma_load_4d(smem.q[1] + c * kWgRows * kBoxCols, &tmap_q, &smem.q_full[c], kBoxCols, row, t.head, t.batch);
+#pragma unroll
+          for (int box = 0; box < kHalves; ++box)
+            tma_load_4d(smem.q[box] + c * kWgRows * kBoxCols, &tmap_q, &smem.q_full[c], box * kBoxCols, row, t.head,
+                        t.batch);
         }
         q_phase ^= 1;
       };
@@ -272,7 +280,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     const uint64_t q_desc0 = make_desc_sw128(smem_addr(smem.q[0]) + cwg * kWgRows * kBoxRowBytes, 16, kAtomBytes);
     const auto qk_step = [](int ks, int rows) { return (ks / 4) * rows * kBoxRowBytes + (ks % 4) * 32; };
 
-    float o_acc[64];  // O: 64 rows x 128 head columns per warpgroup (zeroed at each work tile)
+    float o_acc[kD / 2];  // O: 64 rows x D head columns per warpgroup (zeroed at each work tile)
     float s_acc[64];               // S of the tile whose QK is in the current batch
     uint32_t p_frag[kBc / 16][4];  // P of the tile whose PV is in the current batch
     float row_max[2];  // rows g, g + 8: m, (max - m) * scale_log2 <= 8 (V22; -inf at each work tile)
@@ -292,14 +300,14 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         if constexpr (kKeys == 32) wgmma_m64n32k16_ss<Element>(*reinterpret_cast<float(*)[16]>(s_acc), a, b, ks > 0);
       }
     };
-    // O += P V: 64 rows x 128 head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
-    // B = V with N (head dims) contiguous, MN-major; the two 64-column halves are LBO = 128 keys x
-    // 128 B apart, 8-key groups SBO = 1024 B apart.
+    // O += P V: 64 rows x D head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
+    // B = V with N (head dims) contiguous, MN-major; the two 64-column halves (at D = 128) are LBO = 128
+    // keys x 128 B apart, 8-key groups SBO = 1024 B apart.
     const auto issue_pv = [&](int stage) {
       const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk)
-        wgmma_m64n128k16_rs_bt<Element>(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
+        wgmma_m64k16_rs_bt<Element>(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
     };
     using AllKeys = std::integral_constant<int, kBc>;  // QK's width (wgmma N) on a whole key tile
     using RaggedKeys = std::integral_constant<int, kRaggedFirstKeys>;  // on a ragged key tile 0
@@ -440,7 +448,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // g, g + 8): once PV(j - 2) is complete, before the turn (V20).
     const auto rescale_o = [&] {
 #pragma unroll
-      for (int i = 0; i < 64; ++i) o_acc[i] *= rescale[(i / 2) % 2];
+      for (int i = 0; i < kD / 2; ++i) o_acc[i] *= rescale[(i / 2) % 2];
     };
     // Once PV(j - 1) is done with P(j - 1): P(j) packed as wgmma A fragments, k16 slice kk (keys
     // 16kk..) from accumulator blocks 2kk, 2kk + 1.
@@ -463,7 +471,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       const int tiles = key_tiles(t.row_tile, seq_len);
       const bool first_work_tile = round == 0, last_work_tile = round + 1 == work.count;
 #pragma unroll
-      for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
+      for (int i = 0; i < kD / 2; ++i) o_acc[i] = 0.f;
       row_max[0] = row_max[1] = -INFINITY;
       row_sum[0] = row_sum[1] = 0.f;
 
@@ -579,7 +587,8 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       } else if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
         const int o_row = t.row_tile * kBr + cwg * kWgRows - row_shift;
         tma_store_4d(&tmap_o, smem.o[0] + cwg * kWgRows * kBoxCols, 0, o_row, t.head, t.batch);
-        tma_store_4d(&tmap_o, smem.o[1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row, t.head, t.batch);
+        if constexpr (kHalves == 2)  // (as a loop over the halves, ptxas placed the store's set-up otherwise)
+          tma_store_4d(&tmap_o, smem.o[kHalves - 1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row, t.head, t.batch);
         bulk_commit_group();
       }
     }

@@ -6,6 +6,7 @@ import random
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -220,6 +221,25 @@ def test_a_defect_planted_in_a_causal_kernel_fails_its_check(causal_build, defec
             assert check_kernel(kernel, [shape], gate, kinds=["normal"], progress=lambda m: None, causal=True)["passed"]
             result = check_kernel(planted, [shape], gate, kinds=["normal"], progress=lambda m: None, causal=True)
             assert not result["passed"], (kernel.name, defect, shape)
+
+
+def test_v25_at_head_dim_64_passes_at_any_seq_len_and_a_planted_defect_fails(settings, gate, tmp_path, needs_nvcc):
+    """V25 built with FLASH_HEAD_DIM=64 (one 64-column box a row, PV on wgmma m64n64k16), not yet a
+    configuration of its own: on D=64 shapes, ragged S and every kind of input; a planted zero row fails."""
+    if gpu.require().arch != "sm_90":
+        pytest.skip("V25 is built for sm_90a")
+    k = settings.kernel("v25")
+    record = compile_kernel("v25.d64", ROOT / k.source, "sm_90a", settings.nvcc_flags, {"FLASH_HEAD_DIM": 64},
+                            tmp_path / "v25.d64.cubin")
+    assert record["launch"]["head_dim"] == 64 and record["spill_bytes"] == 0
+    kernel = AttentionKernel(tmp_path / "v25.d64.cubin", record)
+    shapes = [Shape(1, 64, 1024, 64), Shape(2, kernel.sm_count + 3, 384, 64), *(replace(s, D=64) for s in RAGGED)]
+    result = check_kernel(kernel, shapes, gate, smallest=settings.check_smallest, progress=lambda m: None)
+    assert result["passed"], result["reason"]
+    assert {r["D"] for r in result["shapes"]} == {64} and {r["inputs"] for r in result["shapes"]} == set(attention.INPUT_KINDS)
+    planted = Planted(kernel.cubin, record)
+    planted.defect = "zero_row"
+    assert not check_kernel(planted, [Shape(3, 5, 1000, 64)], gate, kinds=["normal"], progress=lambda m: None)["passed"]
 
 
 # Run in a child process: a trap or a fault leaves the CUDA context unusable for the rest of the process.
