@@ -97,6 +97,8 @@ def test_each_configuration_asks_for_its_best_build(settings):
     assert bf16.dtype == "bf16" and build.endswith(".bf16")
     grouped, build = api.configuration_for(settings, False, 128, "fp16", grouped=True)
     assert grouped.kv_group > 1 and build.endswith(".gqa")
+    d64, build = api.configuration_for(settings, False, 64, "fp16")
+    assert d64.D == 64 and build.endswith(".d64")
 
 
 def test_an_input_is_read_as_it_lies_where_tma_can_and_copied_where_it_cannot():
@@ -166,13 +168,14 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("S", [1000, 150])
-@pytest.mark.parametrize("dtype, kv_heads", [("bfloat16", 6), ("float16", 2), ("float16", 1)])
-def test_bf16_and_grouped_kv_heads_agree_with_sdpa(layout, S, dtype, kv_heads, tmp_path, monkeypatch):
-    """bf16 (6 heads of K and V for 6 of Q) and fp16 on grouped K/V heads: 3 query heads a K/V head (GQA),
-    and all 6 on one (MQA)."""
+@pytest.mark.parametrize("dtype, kv_heads, D", [("bfloat16", 6, 128), ("float16", 2, 128), ("float16", 1, 128),
+                                                ("float16", 6, 64)])
+def test_bf16_grouped_kv_heads_and_d64_agree_with_sdpa(layout, S, dtype, kv_heads, D, tmp_path, monkeypatch):
+    """bf16 (6 heads of K and V for 6 of Q), fp16 on grouped K/V heads (3 query heads a K/V head, GQA, and
+    all 6 on one, MQA), and fp16 at D=64."""
     torch = _torch()
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
-    B, H, D = 2, 6, 128
+    B, H = 2, 6
     shape = lambda heads: (B, S, heads, D) if layout == "bshd" else (B, heads, S, D)  # noqa: E731
     q = torch.randn(shape(H), device="cuda", dtype=getattr(torch, dtype))
     k, v = (torch.randn(shape(kv_heads), device="cuda", dtype=q.dtype) for _ in range(2))

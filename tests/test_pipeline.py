@@ -59,19 +59,19 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     # every kernel build and peer run in each configuration it runs in; the profile in the first
     n, peers = len(settings.kernel_builds()), len(settings.peer_runs())
     configured = [c for c in settings.configurations if settings.headline_in(c)]
-    assert len(configured) == len(settings.configurations) == 4  # the head-to-head in each configuration
+    assert len(configured) == len(settings.configurations) == 5  # the head-to-head in each configuration
     assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "check_kernel": n,
                                        "bench_kernel": n, "sweep_kernel": n, "profile_kernel": len(settings.kernels),
                                        "check_peer": peers, "bench_peer": peers, "sweep_peer": peers, "summarize": 1,
                                        "render_report": 1, "compare_gpus": 1, "report_pages": 1, "comparison_page": 1,
-                                       "report": 1, "head_to_head_point": len(settings.headline_shapes()) * 4,
+                                       "report": 1, "head_to_head_point": len(settings.headline_shapes()) * 5,
                                        "cycles_kernel": n, "cycles_peer": peers}
     for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
         assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
         assert f"results/nvidia-h200/sweep/{name}.json" in proc.stdout
     assert "results/nvidia-h200/profile/v12.json" in proc.stdout
     assert "reports/nvidia-h200/report.md" in proc.stdout and "reports/nvidia-h200/sweep.png" in proc.stdout
-    for point in ("S1024", "S512", "S16384", "S1024.causal", "S16384.causal", "S4096.bf16", "S4096.gqa"):
+    for point in ("S1024", "S512", "S16384", "S1024.causal", "S16384.causal", "S4096.bf16", "S4096.gqa", "S4096.d64"):
         assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
     for run in ("v25.causal", "sdpa_cudnn.causal", "flash_attn_cute.causal", "v25.bf16", "flash_attn_cute.gqa"):
         assert all(f"results/nvidia-h200/{stage}/{run}.json" in proc.stdout for stage in ("bench", "sweep", "cycles"))

@@ -392,6 +392,33 @@ def test_a_kernels_check_must_have_run_on_its_own_kinds_too(tmp_path):
     validation.read_record(tmp_path / "sdpa_auto.json", "check", expected)  # a peer: check.inputs alone
 
 
+def test_a_run_at_another_head_dim_is_held_to_its_own_shapes(tmp_path):
+    """A run of a configuration at D=64 (Expected.head_dims) checks, and is timed and counted, at the
+    configured shapes at D=64: its record at D=64 passes, the same shapes at the case's D do not, and
+    the first configuration's runs keep the case's D."""
+    import dataclasses
+
+    expected = dataclasses.replace(records.EXPECTED, head_dims={"v11.d64": 64, "d64": 64})
+    assert expected.case_of("v11.d64") == {**records.CASE, "D": 64} and expected.case_of("v11") == records.CASE
+    assert expected.case_of("d64")["D"] == 64 and expected.case_of(None) == records.CASE
+    at_64 = [{**s, "D": 64} for s in (records.CASE, records.EXTRA)]
+    shapes = [records.check_row(s, kind, True) for s in at_64 for kind in records.INPUTS]
+    check = {"kernel": "v11.d64", "gate": records.GATE, "inputs": records.INPUTS, "passed": True, "reason": None,
+             "shapes": shapes, "cubin_sha256": "a" * 64, "provenance": records.provenance("v11.d64")}
+    write_json(tmp_path / "v11.d64.json", check)
+    validation.read_record(tmp_path / "v11.d64.json", "check", expected)
+    at_case = [records.check_row(s, kind, True) for s in (records.CASE, records.EXTRA) for kind in records.INPUTS]
+    write_json(tmp_path / "v11.d64.json", {**check, "shapes": at_case})
+    with pytest.raises(validation.BadRecord, match="key 'shapes': no row for the configured shape .*D=64"):
+        validation.read_record(tmp_path / "v11.d64.json", "check", expected)
+    counts = records.cycles_record("v11.d64", [records.CASE], 590.0)
+    write_json(tmp_path / "v11.d64.json", counts)
+    with pytest.raises(validation.BadRecord, match="key 'points': no count at the case .*D=64"):
+        validation.read_record(tmp_path / "v11.d64.json", "cycles", expected)
+    write_json(tmp_path / "v11.d64.json", {**records.cycles_record("v11.d64", at_64[:1], 590.0), "cubin_sha256": "a" * 64})
+    validation.read_record(tmp_path / "v11.d64.json", "cycles", expected)
+
+
 def test_a_sweep_runs_its_ragged_lengths_after_the_others(tmp_path):
     """sweep.ragged: a sweep record's lengths are sweep.S, then the ragged ones (untimed where the
     kernel takes whole tiles only, with its reason)."""

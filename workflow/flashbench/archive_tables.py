@@ -119,7 +119,8 @@ def view(summary: pd.DataFrame, meta: dict, tables: dict, configuration: dict | 
     of = {k["name"]: k.get("of", k["name"]) for k in runs}
     kernels = [{**k, "name": of[k["name"]]} for k in runs]
     meta = {**meta, "kernels": kernels, "configuration": configuration,
-            "headline": [h for h in meta.get("headline") or [] if h in set(of.values())]}
+            "headline": [h for h in meta.get("headline") or [] if h in set(of.values())],
+            "case": {**meta["case"], "D": configuration.get("D", meta["case"]["D"])}}  # the case at its D
 
     def mine(table):
         if table is None:

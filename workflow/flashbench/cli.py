@@ -161,6 +161,11 @@ def _run(a):
     return a.settings.run(_name(a))
 
 
+def _run_settings(a):
+    """The settings as the run the command is for reads its shapes: at its configuration's D."""
+    return a.settings.in_configuration(_run(a).configuration)
+
+
 def _implementation(peer, cubin: str | None, record_path: str | None, run=None):
     """A peer (a config.Peer, in `run`'s configuration and named by it where given), or the kernel
     `cubin` its compile record describes (its inputs in `run`'s configuration where given)."""
@@ -191,10 +196,10 @@ def cmd_check(a) -> None:
     from .check import Gate, check_kernel
     from .peers import PeerUnavailable, require
 
-    settings = a.settings
-    gate = Gate(factor=settings.check_factor, tolerance=settings.tolerance)
     gpu.require()  # a missing GPU fails the stage; only what stays true on a GPU is recorded as skipped
     run = _run(a)  # the build or peer run, and its configuration
+    settings = a.settings.in_configuration(run.configuration)  # its shapes at the configuration's D
+    gate = Gate(factor=settings.check_factor, tolerance=settings.tolerance)
 
     def skipped(reason) -> None:  # no torch, another GPU's kernel, no library kernel here: the run goes on
         _write_record(a, {"kernel": run.name, "configuration": run.configuration.name, "gate": asdict(gate),
@@ -267,7 +272,7 @@ def _timed(a, what: str, run) -> None:
 def cmd_bench(a) -> None:
     from .timing import bench
 
-    shape, counts = a.settings.case, a.settings.bench
+    shape, counts = _run_settings(a).case, a.settings.bench
 
     def run(kernel, seed, sampler):
         _progress(f"bench {kernel.name}: {shape}, {counts['steps']}-step method + {counts['repeats']} timed calls + graph")
@@ -286,7 +291,7 @@ def cmd_sweep(a) -> None:
     from .headtohead import measure_ragged, ragged_comparison
     from .timing import sweep
 
-    settings = a.settings
+    settings = _run_settings(a)
     counts = _asked_for(settings.sweep, "sweep", "key 'sweep'")
     paired = settings.ragged_pair_timing() if settings.pairs_ragged(_name(a)) else None
     interval = settings.head_to_head
@@ -327,7 +332,7 @@ def cmd_profile(a) -> None:
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
     if not Path(record["source"]).is_file():  # where the stalls are read against
         raise FlashbenchError(f"{a.record}: its source {record['source']} is not there: run from the repository root")
-    shape, held = a.settings.case, {}
+    shape, held = a.settings.in_configuration(a.settings.run(record["kernel"]).configuration).case, {}
     try:  # the GPU held while ncu profiles; its report is read beside the next job's GPU work
         readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(record["source"]), shape, progress=_progress,
                            hold=_held_for_ncu(f"profile {record['kernel']}", held))
@@ -355,12 +360,12 @@ def cmd_head_to_head(a) -> None:
 
     settings = a.settings
     _asked_for(settings.head_to_head, "head-to-head", "keys 'headline' and 'head_to_head'")
-    shape = settings.head_to_head_shape(a.S)
     try:
         configuration = settings.configuration(a.configuration) if a.configuration else settings.configurations[0]
     except ConfigError:
         raise FlashbenchError(f"--configuration {a.configuration!r}: not a configuration of the settings "
                               f"({', '.join(c.name for c in settings.configurations)})") from None
+    shape = settings.in_configuration(configuration).head_to_head_shape(a.S)
     contestants = settings.contestants(configuration)
     if not settings.headline_in(configuration):
         raise FlashbenchError(f"no headline version runs in the configuration {configuration.name!r}: "
@@ -398,7 +403,8 @@ def cmd_head_to_head(a) -> None:
             record = measure(impls, shape, settings.head_to_head, secrets.randbits(32), sampler,
                              EnergyCounter.open(bus_id), progress=_progress) if impls else None
         record = record or {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
-        _write_record(a, {**record, "is_case": shape == settings.case, "configuration": configuration.name,
+        _write_record(a, {**record, "is_case": shape == settings.in_configuration(configuration).case,
+                           "configuration": configuration.name,
                            "excluded": {**excluded, **record["excluded"]}, "provenance": gpu.provenance()})
     print(f"head-to-head at {shape}, {configuration.name}: {len(impls)} contestants"
           + (f", {len(excluded)} left out" if excluded else ""))
@@ -421,11 +427,11 @@ def cmd_cycles(a) -> None:
 
     from .cycles import count, points
 
-    settings = a.settings
-    launches = _asked_for(settings.cycles, "cycle counts", "key 'cycles'")["launches"]
+    launches = _asked_for(a.settings.cycles, "cycle counts", "key 'cycles'")["launches"]
     check = read_record(a.check, "check")
     if _refused(check, a, "counted"):
         return
+    settings = a.settings.in_configuration(a.settings.run(check["kernel"]).configuration)
     configuration, held = settings.run(check["kernel"]).configuration.name, {}
     with tempfile.TemporaryDirectory() as tmp:  # the GPU held while ncu runs the driver alone
         identity_file = Path(tmp) / "identity.json"
@@ -454,7 +460,7 @@ def cmd_launch_marked(a) -> None:
     """What ncu counts cycles of (cycles.launch_marked); --identity-out: where to say what ran."""
     from .cycles import launch_marked
 
-    settings = a.settings
+    settings = _run_settings(a)
     launches = _asked_for(settings.cycles, "cycle counts", "key 'cycles'")["launches"]
     with _gpu_held(f"launch-marked {_name(a)}"):  # under `cycles`, its parent holds the GPU already
         impl = _kernel(a)
@@ -490,7 +496,7 @@ def cmd_summarize(a) -> None:
 
         tables["head_to_head"] = headtohead.table(points, run, contestants_of)
     if settings.cycles:
-        tables["cycles"] = cycles.table(counts, entries, case)
+        tables["cycles"] = cycles.table(counts, entries, case, expected.head_dims)
     out = Path(a.out_dir)
     with staged_folder(out, [f"{name}.csv" for name in tables] + ["kernels.json"]) as staging:  # all, or none
         for name, table in tables.items():

@@ -46,10 +46,15 @@ class Configuration:
 
     @property
     def defines(self) -> dict:
-        """Its compile-time parameters, beside the kernel's own: the mask, the element type, and whether K and
-        V are of grouped heads (the group itself is a launch's parameter)."""
+        """Its compile-time parameters, beside the kernel's own: the mask, the element type, whether K and
+        V are of grouped heads (the group itself is a launch's parameter), and a head dim other than 128."""
         return {**({"FLASH_CAUSAL": 1} if self.causal else {}), **({"FLASH_BF16": 1} if self.dtype == "bf16" else {}),
-                **({"FLASH_GROUPED_KV": 1} if self.kv_group > 1 else {})}
+                **({"FLASH_GROUPED_KV": 1} if self.kv_group > 1 else {}),
+                **({"FLASH_HEAD_DIM": self.D} if self.D != 128 else {})}
+
+    def shape(self, shape: Shape) -> Shape:
+        """`shape` as this configuration runs it: at its head dim."""
+        return replace(shape, D=self.D)
 
     def kv_heads(self, H: int) -> int:
         """K/V heads at H query heads: H / kv_group, at least one (so H=3 under a group of 8 is MQA, its 3
@@ -217,15 +222,16 @@ class Settings:
         configuration = run.configuration if run else self.point_configuration(name) if name else None
         if configuration and configuration != self.configurations[0]:  # the first's jobs read what they read before
             peer["configuration"] = configuration.as_dict()
-        case = self.case.as_dict()
+        shaped = self.in_configuration(configuration) if configuration else self  # its shapes at its head dim
+        case = shaped.case.as_dict()
         # the pair's timing is read by the runs that pair alone: a change to it reruns no other sweep
         sweep = {k: v for k, v in self.sweep.items() if k != "ragged_pair"} if self.sweep else None
         if stage == "compile":
             return {"nvcc_flags": self.nvcc_flags, "source": self.kernel(of).source, "defines": self.defines(name)}
         if stage == "check":
-            return {**peer, "shapes": [s.as_dict() for s in self.check_shapes], "inputs": self.check_kinds(name),
+            return {**peer, "shapes": [s.as_dict() for s in shaped.check_shapes], "inputs": self.check_kinds(name),
                     "smallest": self.check_smallest, "factor": self.check_factor, "tolerance": self.tolerance,
-                    **({"ragged": [s.as_dict() for s in self.check_ragged]} if self.check_ragged else {})}
+                    **({"ragged": [s.as_dict() for s in shaped.check_ragged]} if self.check_ragged else {})}
         if stage == "bench":
             return {**peer, "case": case, "bench": self.bench}
         if stage == "sweep":  # a headline version's pairs its ragged lengths as sweep.ragged_pair times them
@@ -239,7 +245,7 @@ class Settings:
                     "peers": [self.peer(self.run(n).of).as_dict() for n in contestants if self.run(n).of not in self.headline],
                     "head_to_head": self.head_to_head}
         if stage == "cycles":  # where (cycles.ragged among what decides it) and how many launches
-            return {**peer, "shapes": [s.as_dict() for s in self.cycle_shapes(name)],
+            return {**peer, "shapes": [s.as_dict() for s in shaped.cycle_shapes(name)],
                     "launches": self.cycles["launches"]}
         if stage == "summarize":
             return self.mapping
@@ -273,6 +279,13 @@ class Settings:
             profile = None
         cycles = profile or (None if self.cycles else "not asked for (no cycles in config.yaml)")
         return profile, cycles
+
+    def in_configuration(self, configuration: Configuration) -> Settings:
+        """These settings as a run in `configuration` reads its shapes: the case, the check's shapes and
+        its ragged ones at the configuration's head dim (the case's B, H and S in every configuration)."""
+        c = configuration
+        return replace(self, case=c.shape(self.case), check_shapes=[c.shape(s) for s in self.check_shapes],
+                       check_ragged=tuple(c.shape(s) for s in self.check_ragged))
 
     def sweep_shapes(self) -> list[Shape]:
         """The case at each of the sweep's lengths (sweep_lengths)."""

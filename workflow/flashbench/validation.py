@@ -46,6 +46,16 @@ class Expected:
     kernel_inputs: list[str] = field(default_factory=list)  # the kinds the kernels (not the peers) run on besides
     ragged_pairs: list[str] = field(default_factory=list)  # the runs whose sweep pairs its ragged lengths
     ragged_rounds: int | None = None  # in as many rounds (config.pair_timing's)
+    # the runs, and the configurations, whose head dim is not the case's: each runs every shape at its own
+    head_dims: dict = field(default_factory=dict)
+
+    def case_of(self, name: str | None) -> dict:
+        """The case as the run or configuration `name` runs it: at its head dim."""
+        return {**self.case, "D": self.head_dims.get(name, self.case["D"])}
+
+    def check_shapes_of(self, name: str) -> list[dict]:
+        D = self.case_of(name)["D"]
+        return [{**shape, "D": D} for shape in self.check_shapes]
 
     @classmethod
     def from_settings(cls, settings) -> Expected:
@@ -59,7 +69,10 @@ class Expected:
                            *(c.name for c in settings.configurations if c.causal)],
                    kernel_inputs=list(settings.check_kernel_inputs),
                    ragged_pairs=[run.name for run in settings.runs() if settings.pairs_ragged(run.name)],
-                   ragged_rounds=settings.ragged_pair_timing()["rounds"] if settings.head_to_head else None)
+                   ragged_rounds=settings.ragged_pair_timing()["rounds"] if settings.head_to_head else None,
+                   head_dims={**{run.name: run.configuration.D for run in settings.runs()
+                                 if run.configuration.D != settings.case.D},
+                              **{c.name: c.D for c in settings.configurations if c.D != settings.case.D}})
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -137,12 +150,12 @@ def _check_as_configured(r: dict, expected: Expected) -> Problem:
     if r["inputs"] != kinds:
         return "inputs", f"{r['inputs']}, but the configured kinds of input are {kinds}"
     rows = {(*_dims(row).values(), row["inputs"]): row for row in r["shapes"]}
-    for shape in expected.check_shapes:
+    for shape in expected.check_shapes_of(r["kernel"]):
         for kind in kinds:
             row = rows.get((*shape.values(), kind))
             if row is None:
                 return "shapes", f"no row for the configured shape {_shape_text(shape)} on {kind} inputs"
-            if shape == expected.case and row["passed"] is not True:
+            if shape == expected.case_of(r["kernel"]) and row["passed"] is not True:
                 return "passed", f"true, but the case on {kind} inputs was not checked"
     return None
 
@@ -159,7 +172,7 @@ def _bench_as_configured(r: dict, expected: Expected) -> Problem:
     if not r["timed"]:
         return None
     return (_at("timing", _masked_as_configured(r["timing"].get("causal", False), r["kernel"], expected))
-            or _at("timing", _timed_as(r["timing"], expected.case, expected.bench, "the case")))
+            or _at("timing", _timed_as(r["timing"], expected.case_of(r["kernel"]), expected.bench, "the case")))
 
 
 def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
@@ -171,7 +184,7 @@ def _sweep_as_configured(r: dict, expected: Expected) -> Problem:
     if lengths != configured:
         return "points", f"at S = {lengths}, but the configured sweep is S = {configured}"
     for i, p in enumerate(r["points"]):
-        dims = {**expected.case, "S": p["S"]}
+        dims = {**expected.case_of(r["kernel"]), "S": p["S"]}
         if _dims(p) != dims:
             return f"points[{i}]", f"at {_shape_text(p)}, but the sweep runs at {_shape_text(dims)}"
         counts = {**expected.sweep, "steps": sweep_steps(expected.sweep["steps"], expected.case["S"], p["S"])}
@@ -206,14 +219,15 @@ def _pair_problem(pair: dict, rounds: int | None) -> Problem:
 
 
 def _profile_as_configured(r: dict, expected: Expected) -> Problem:
-    if r["profiled"] and _dims(r) != expected.case:
-        return "S", f"profiled at {_shape_text(r)}, but the case is {_shape_text(expected.case)}"
+    if r["profiled"] and _dims(r) != expected.case_of(r["kernel"]):
+        return "S", f"profiled at {_shape_text(r)}, but the case is {_shape_text(expected.case_of(r['kernel']))}"
     return None
 
 
 def _cycles_as_configured(r: dict, expected: Expected) -> Problem:
-    if r["counted"] and not any(_dims(p) == expected.case for p in r["points"]):
-        return "points", f"no count at the case ({_shape_text(expected.case)})"
+    case = expected.case_of(r["kernel"])
+    if r["counted"] and not any(_dims(p) == case for p in r["points"]):
+        return "points", f"no count at the case ({_shape_text(case)})"
     return None
 
 
@@ -227,8 +241,9 @@ def _head_to_head_consistent(r: dict, expected) -> Problem:
 
 
 def _head_to_head_as_configured(r: dict, expected: Expected) -> Problem:
-    if r["is_case"] != (_dims(r) == expected.case):
-        return "is_case", f"{r['is_case']}, but {_shape_text(r)} is{'' if _dims(r) == expected.case else ' not'} the case"
+    case = expected.case_of(r.get("configuration"))
+    if r["is_case"] != (_dims(r) == case):
+        return "is_case", f"{r['is_case']}, but {_shape_text(r)} is{'' if _dims(r) == case else ' not'} the case"
     if "configuration" in r:  # a point made before configurations ran without the mask
         return _masked_as_configured(r.get("causal", False), r["configuration"], expected)
     return None
