@@ -522,6 +522,9 @@ def test_a_configuration_may_hold_its_cycles_to_another_configurations_and_ask_n
     assert bf16["misses"] == [f"{300 / 290:.3f}x dense's cycles at S=8192"] and not bf16["reached"]
     unpaired = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("bf16"), dense.iloc[:1])
     assert unpaired["missing"] == ["dense's cycles at S=8192"] and not unpaired["complete"]
+    uncounted = hopper_report.next_goal(goal_verdicts, cycles[cycles.S != 8192], meta, asked.in_configuration("bf16"),
+                                        dense)  # the best version not counted at S=8192: not judged, and said
+    assert uncounted["missing"] == ["best version's cycles at S=8192"] and not uncounted["reached"]
     gqa = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("gqa"))
     assert [r["rival"] for r in gqa["ratios"]] == ["flash_attn_cute"] * 2 and gqa["efficiency"] == []
     assert gqa["reached"] and gqa["cycles_of"] == []

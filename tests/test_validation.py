@@ -398,9 +398,9 @@ def test_a_run_at_another_head_dim_is_held_to_its_own_shapes(tmp_path):
     the first configuration's runs keep the case's D."""
     import dataclasses
 
-    expected = dataclasses.replace(records.EXPECTED, head_dims={"v11.d64": 64, "d64": 64})
+    expected = dataclasses.replace(records.EXPECTED, head_dims={"v11.d64": 64}, configuration_head_dims={"d64": 64})
     assert expected.case_of("v11.d64") == {**records.CASE, "D": 64} and expected.case_of("v11") == records.CASE
-    assert expected.case_of("d64")["D"] == 64 and expected.case_of(None) == records.CASE
+    assert expected.case_in("d64")["D"] == 64 and expected.case_in(None) == records.CASE
     at_64 = [{**s, "D": 64} for s in (records.CASE, records.EXTRA)]
     shapes = [records.check_row(s, kind, True) for s in at_64 for kind in records.INPUTS]
     check = {"kernel": "v11.d64", "gate": records.GATE, "inputs": records.INPUTS, "passed": True, "reason": None,

@@ -45,7 +45,9 @@ def tflops(shape: Shape, seconds: float, causal: bool = False) -> float:
 
 
 def qkvo_bytes(shape: Shape) -> int:
-    """Bytes of Q, K, V and O in fp16: the write-up's memory-throughput numerator."""
+    """Bytes of Q, K, V and O of H heads in a 2-byte type: the write-up's memory-throughput numerator. On
+    grouped K/V heads the bytes an ungrouped call would move (the figure compares calls of one shape;
+    the K and V read are H_kv / H of theirs)."""
     return 4 * shape.B * shape.H * shape.S * shape.D * 2
 
 

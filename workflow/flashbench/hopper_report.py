@@ -136,8 +136,7 @@ def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, go
                                 if p["is_case"] or p["S"] >= goal.next.min_s))
     against = _cycles_against(mine, reference, wheres, goal.next.cycles_of)
     missing = _next_goal_missing(wheres, factor, ratios, efficiency, goal.next)
-    missing += [f"{goal.next.cycles_of['configuration']}'s cycles at {a['where']}" for a in against
-                if a["ratio"] is None]
+    missing += [f"{a['lacks']}'s cycles at {a['where']}" for a in against if a["ratio"] is None]
     complete = not missing
     misses = [f"{r['rival']} at {r['where']}" for r in ratios if not r["met"]]
     misses += [f"{100 * e['efficiency']:.1f}% per cycle at {e['where']}" for e in efficiency if not e["met"]]
@@ -150,19 +149,20 @@ def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, go
 
 def _cycles_against(mine: pd.DataFrame, reference: pd.DataFrame | None, wheres: list[str], asked: dict | None
                     ) -> list[dict]:
-    """Where goal.next.cycles_of asks: at each of `wheres` that the best version was counted at, its cycles
-    over the reference configuration's best version's (None where that one was not counted there), and
-    whether at most 1 + within."""
+    """Where goal.next.cycles_of asks: at each of `wheres` (the head-to-head's points it judges), the best
+    version's cycles over the reference configuration's best version's, and whether at most 1 + within;
+    the ratio None, and what lacks a count there named (`lacks`), where either was not counted."""
     if not asked:
         return []
-    theirs = {} if reference is None else {_where(r.is_case, r.S): float(r.cycles) for r in reference.itertuples()}
+    counts = {"best version": {_where(r.is_case, r.S): float(r.cycles) for r in mine.itertuples()},
+              asked["configuration"]: {} if reference is None else
+              {_where(r.is_case, r.S): float(r.cycles) for r in reference.itertuples()}}
     out = []
-    for r in mine.itertuples():
-        where = _where(r.is_case, r.S)
-        if where in wheres:
-            ratio = float(r.cycles) / theirs[where] if where in theirs else None
-            out.append({"where": where, "ratio": ratio, "within": asked["within"],
-                        "met": ratio is not None and ratio <= 1 + asked["within"]})
+    for where in wheres:
+        lacks = [who for who, count in counts.items() if where not in count]
+        ratio = None if lacks else counts["best version"][where] / counts[asked["configuration"]][where]
+        out.append({"where": where, "ratio": ratio, "within": asked["within"], "lacks": " and ".join(lacks) or None,
+                    "met": ratio is not None and ratio <= 1 + asked["within"]})
     return out
 
 

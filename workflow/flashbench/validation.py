@@ -47,14 +47,19 @@ class Expected:
     ragged_pairs: list[str] = field(default_factory=list)  # the runs whose sweep pairs its ragged lengths
     ragged_rounds: int | None = None  # in as many rounds (config.pair_timing's)
     # the runs, and the configurations, whose head dim is not the case's: each runs every shape at its own
-    head_dims: dict = field(default_factory=dict)
+    head_dims: dict = field(default_factory=dict)  # run -> D
+    configuration_head_dims: dict = field(default_factory=dict)  # configuration -> D
 
-    def case_of(self, name: str | None) -> dict:
-        """The case as the run or configuration `name` runs it: at its head dim."""
-        return {**self.case, "D": self.head_dims.get(name, self.case["D"])}
+    def case_of(self, run: str) -> dict:
+        """The case as the run `run` runs it: at its head dim."""
+        return {**self.case, "D": self.head_dims.get(run, self.case["D"])}
 
-    def check_shapes_of(self, name: str) -> list[dict]:
-        D = self.case_of(name)["D"]
+    def case_in(self, configuration: str | None) -> dict:
+        """The case as the configuration `configuration` runs it (None: the first's)."""
+        return {**self.case, "D": self.configuration_head_dims.get(configuration, self.case["D"])}
+
+    def check_shapes_of(self, run: str) -> list[dict]:
+        D = self.case_of(run)["D"]
         return [{**shape, "D": D} for shape in self.check_shapes]
 
     @classmethod
@@ -70,9 +75,9 @@ class Expected:
                    kernel_inputs=list(settings.check_kernel_inputs),
                    ragged_pairs=[run.name for run in settings.runs() if settings.pairs_ragged(run.name)],
                    ragged_rounds=settings.ragged_pair_timing()["rounds"] if settings.head_to_head else None,
-                   head_dims={**{run.name: run.configuration.D for run in settings.runs()
-                                 if run.configuration.D != settings.case.D},
-                              **{c.name: c.D for c in settings.configurations if c.D != settings.case.D}})
+                   head_dims={run.name: run.configuration.D for run in settings.runs()
+                              if run.configuration.D != settings.case.D},
+                   configuration_head_dims={c.name: c.D for c in settings.configurations if c.D != settings.case.D})
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -241,7 +246,7 @@ def _head_to_head_consistent(r: dict, expected) -> Problem:
 
 
 def _head_to_head_as_configured(r: dict, expected: Expected) -> Problem:
-    case = expected.case_of(r.get("configuration"))
+    case = expected.case_in(r.get("configuration"))
     if r["is_case"] != (_dims(r) == case):
         return "is_case", f"{r['is_case']}, but {_shape_text(r)} is{'' if _dims(r) == case else ' not'} the case"
     if "configuration" in r:  # a point made before configurations ran without the mask
