@@ -143,13 +143,15 @@ def profile_record(name: str, registers: int) -> dict:
 
 def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = None, kernels=KERNELS) -> dict:
     """Write check, bench, sweep, profile and compile records for KERNELS and PEERS; `failing` fails
-    its check, `skipped` (a peer) is skipped as where torch is missing. Returns the paths by kind."""
+    its check, `skipped` (a peer) is skipped as where torch is missing; a kernel entry with a "D" (a run of
+    a configuration at another head dim) takes every shape at that D. Returns the paths by kind."""
     paths = {"checks": [], "benches": [], "sweeps": [], "profiles": [], "compiled": []}
     tflops = {**PEER_TFLOPS, **tflops}
     for k in kernels + PEERS:
         name, causal = k["name"], k.get("causal", False)
+        case, extra = ({**shape, "D": k.get("D", shape["D"])} for shape in (CASE, EXTRA))
         passed = name != failing
-        shapes = [check_row(s, kind, passed) for s in (CASE, EXTRA) for kind in INPUTS]
+        shapes = [check_row(s, kind, passed) for s in (case, extra) for kind in INPUTS]
         if name == skipped:
             check = {"kernel": name, "gate": GATE, "passed": False, "skipped": "torch is not installed",
                      "reason": "skipped: torch is not installed", "shapes": []}
@@ -164,15 +166,16 @@ def write(tmp, tflops: dict, failing: str | None = None, skipped: str | None = N
         check = {"kernel": name, "gate": GATE, "inputs": INPUTS, "passed": passed,
                  "reason": None if passed else "B=1 H=64 S=1024 normal: worst row's relative error 2.2e-02 above 4.5e-03",
                  "shapes": shapes, **identity, "provenance": provenance(name)}
-        bench = ({"kernel": name, "timed": True, "reason": None, **identity, "timing": timing(tflops[name], causal=causal),
+        bench = ({"kernel": name, "timed": True, "reason": None, **identity,
+                  "timing": timing(tflops[name], shape=case, causal=causal),
                   "provenance": provenance(name)} if passed else
                  {"kernel": name, "timed": False, "reason": "failed its check: ..."})
-        points = [({**timing(tflops[name] * (S / 1024) ** 0.2, shape={**CASE, "S": S},
+        points = [({**timing(tflops[name] * (S / 1024) ** 0.2, shape={**case, "S": S},
                             counts={**SWEEP, "steps": sweep_steps(SWEEP["steps"], CASE["S"], S)}, causal=causal),
                     "timed": True,
                     "reason": None}
                    if not k.get("max_seq_len") or S <= k["max_seq_len"] else
-                   {**CASE, "S": S, "timed": False, "reason": f"S={S} is above {name}'s max_seq_len"})
+                   {**case, "S": S, "timed": False, "reason": f"S={S} is above {name}'s max_seq_len"})
                   for S in SWEEP_S]
         sweep = ({"kernel": name, "timed": True, "reason": None, **identity, "points": points,
                   "provenance": provenance(name)} if passed else

@@ -169,3 +169,75 @@ def test_a_record_whose_mask_is_not_its_runs_is_refused(tmp_path):
     write_json(tmp_path / "S1024.causal.json", point)
     with pytest.raises(BadRecord, match="key 'causal': False, but causal runs under the causal mask"):
         read_record(tmp_path / "S1024.causal.json", "head_to_head", expected)
+
+
+# ---- a configuration at another head dim: the same pipeline at D=64 ---------------------------------
+
+D64 = {"name": "d64", "mask": "none", "D": 64, "dtype": "fp16"}
+D64_RUNS = ["v15", "sdpa_auto"]
+
+
+@pytest.fixture(scope="module")
+def d64_archive(tmp_path_factory, monkeypatch_module):
+    """results/nvidia-h200/ of a run in dense and d64, v15 and sdpa_auto in both: every record of a d64 run
+    at D=64, as the pipeline's commands take its shapes (Settings.in_configuration)."""
+    tmp = tmp_path_factory.mktemp("d64")
+    kernels = records.KERNELS + records.HOPPER
+    by_name = {k["name"]: k for k in kernels + records.PEERS}
+    d64 = [{**run_of(by_name[n], D64), "D": 64} for n in D64_RUNS]
+    monkeypatch_module.setitem(records.RESOURCES, "v15.d64", records.RESOURCES["v15"])
+    monkeypatch_module.setitem(records.LSU, "v15.d64", records.LSU["v15"])
+    paths = records.write(tmp, {**TFLOPS, "v15.d64": 300.0, "sdpa_auto.d64": 280.0}, kernels=kernels + d64)
+    paths["profiles"] = [p for p in paths["profiles"] if ".d64" not in p.name]  # profiled in the first alone
+    entries = [run_of(k, DENSE) for k in kernels + records.PEERS] + [{k: v for k, v in e.items() if k != "D"} for e in d64]
+    expected = Expected(**{**records.EXPECTED.__dict__, "peers": [e["name"] for e in entries if e["kind"] == "peer"],
+                           "head_dims": {"v15.d64": 64, "sdpa_auto.d64": 64}, "configuration_head_dims": {"d64": 64}})
+    settings = {**records.SETTINGS, "configurations": [DENSE, D64]}
+    summary, resources, profile, meta = tidy_tables(entries, paths["checks"], paths["benches"], paths["compiled"],
+                                                    "sm_90", records.CASE, paths["sweeps"], paths["profiles"],
+                                                    settings, expected=expected)
+    shapes = [records.CASE, *({**records.CASE, "S": S} for S in records.SWEEP_S if S != records.CASE["S"])]
+    points, counts = [], []
+    for configuration, contestants in ((DENSE, {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0}),
+                                       (D64, {"v15.d64": 300.0, "sdpa_auto.d64": 280.0})):
+        for seed, shape in enumerate(shapes):
+            at = {**shape, "D": configuration["D"]}
+            point = records.head_to_head_record(at, contestants, seed)
+            points.append({**point, "is_case": at == {**records.CASE, "D": configuration["D"]},
+                           "configuration": configuration["name"], "causal": False})
+    for e in entries:
+        at = [{**s, "D": expected.head_dims.get(e["name"], 128)} for s in shapes]
+        paired = e["name"] in ("v15", "v14", "sdpa_auto", *expected.head_dims)
+        counts.append(records.cycles_record(e["name"], at if paired else at[:1], 100.0))
+
+    def contestants_of(name):
+        return (["v15", "v14"], ["sdpa_auto"]) if name == "dense" else (["v15.d64"], ["sdpa_auto.d64"])
+
+    out = tmp / "results" / "nvidia-h200"
+    tables = {"summary": summary, "resources": resources, "profile": profile,
+              "head_to_head": headtohead.table(points, settings, contestants_of),
+              "cycles": cycles.table(counts, entries, records.CASE, expected.head_dims)}
+    for name, table in tables.items():
+        write_text(out / f"{name}.csv", table.to_csv(index=False))
+    write_json(out / "kernels.json", meta)
+    return out
+
+
+def test_a_configuration_at_d64_is_summarized_read_back_and_reported_at_its_head_dim(d64_archive, tmp_path):
+    summary = pd.read_csv(d64_archive / "summary.csv")
+    mine = summary[summary.config == "d64"]
+    assert set(mine.D) == {64} and set(summary[summary.config == "dense"].D) == {128}
+    at_case = mine[(mine.series == "check") & mine.is_case & (mine.inputs == "normal")]
+    assert set(at_case.kernel) == {"v15.d64", "sdpa_auto.d64"} and at_case.tflops.notna().all()
+    counted = pd.read_csv(d64_archive / "cycles.csv")
+    assert set(counted[counted.config == "d64"].D) == {64} and counted[(counted.config == "d64") & counted.is_case].shape[0] == 2
+    summary_read, _, _, meta = archive_tables.read_tables(d64_archive)  # each table checked configuration by configuration
+    paired = archive_tables.read_paired(d64_archive, meta, summary_read)
+    _, d64_meta, d64_tables = archive_tables.view(summary_read, meta, paired, D64)
+    assert d64_meta["case"] == {**records.CASE, "D": 64} and set(d64_tables["head_to_head"].D) == {64}
+    reports = tmp_path / "reports"
+    gpu_reports.render(d64_archive, reports, ROOT / "workflow" / "templates" / "report.md.j2", "nvidia-h200",
+                       shipped_settings().goal)
+    part = (reports / "hopper.md").read_text().split("# The line in the configuration d64 (no mask, D=64, fp16)")[1]
+    assert "## The line at the case (B=1, H=64, S=1024, D=64)" in part
+    assert "| d64 (no mask, D=64, fp16) | v15 |" in part.split("# The goals in every configuration")[1]
