@@ -281,7 +281,7 @@ def paired_tables(kernels, tflops: dict, paired: dict | None, not_counted=()):
     counts = [cycles_record(k["name"], shapes if k["name"] in everywhere else [CASE],
                             contestants.get(k["name"], every.get(k["name"], 100.0)))
               for k in kernels + PEERS if k["name"] not in not_counted]
-    return headtohead.table(points, SETTINGS), cycles.table(counts, kernels + PEERS, CASE)
+    return headtohead.table(points, SETTINGS), cycles.table(counts, kernels + PEERS, EXPECTED.case_of)
 
 
 def results_folder(tmp, tflops: dict, failing: str | None = None, skipped: str | None = None,

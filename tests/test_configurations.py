@@ -28,51 +28,74 @@ def run_of(entry: dict, configuration: dict) -> dict:
             "of": entry["name"], "config": configuration["name"], "causal": configuration["mask"] == "causal"}
 
 
-@pytest.fixture(scope="module")
-def archive(tmp_path_factory, monkeypatch_module):
-    """results/nvidia-h200/ of the two-configuration run, as summarize writes it."""
-    tmp = tmp_path_factory.mktemp("configurations")
+def write_archive(tmp, monkeypatch, second: dict, runs: list[str], tflops: dict, contestants: dict,
+                  expected: Expected, adjust=lambda point: point):
+    """results/nvidia-h200/ of a run in dense and `second`, as summarize writes it: every kernel and peer in
+    dense, `runs` in `second` too (at its D), the head-to-head's `contestants` (by configuration name) at
+    the case and each swept S, `adjust` applied to `second`'s points."""
     kernels = records.KERNELS + records.HOPPER
     by_name = {k["name"]: k for k in kernels + records.PEERS}
-    causal = [run_of(by_name[n], CAUSAL) for n in CAUSAL_RUNS]
-    monkeypatch_module.setitem(records.RESOURCES, "v15.causal", records.RESOURCES["v15"])
-    monkeypatch_module.setitem(records.LSU, "v15.causal", records.LSU["v15"])
-    paths = records.write(tmp, {**TFLOPS, **CAUSAL_TFLOPS}, kernels=kernels + causal)
-    paths["profiles"] = [p for p in paths["profiles"] if ".causal" not in p.name]  # profiled in the first alone
-    entries = [run_of(k, DENSE) for k in kernels + records.PEERS] + causal
-    expected = Expected(**{**records.EXPECTED.__dict__,
-                           "peers": [e["name"] for e in entries if e["kind"] == "peer"],
-                           "causal": [*(e["name"] for e in entries if e["causal"]), CAUSAL["name"]]})
-    settings = {**records.SETTINGS, "configurations": [DENSE, CAUSAL]}
+    D = second["D"]
+    seconds = [{**run_of(by_name[n], second), **({"D": D} if D != records.CASE["D"] else {})} for n in runs]
+    monkeypatch.setitem(records.RESOURCES, f"v15.{second['name']}", records.RESOURCES["v15"])
+    monkeypatch.setitem(records.LSU, f"v15.{second['name']}", records.LSU["v15"])
+    paths = records.write(tmp, tflops, kernels=kernels + seconds)
+    paths["profiles"] = [p for p in paths["profiles"] if f".{second['name']}" not in p.name]  # the first's alone
+    entries = [run_of(k, DENSE) for k in kernels + records.PEERS] + [{k: v for k, v in e.items() if k != "D"}
+                                                                      for e in seconds]
+    settings = {**records.SETTINGS, "configurations": [DENSE, second]}
     summary, resources, profile, meta = tidy_tables(entries, paths["checks"], paths["benches"], paths["compiled"],
                                                     "sm_90", records.CASE, paths["sweeps"], paths["profiles"],
                                                     settings, expected=expected)
     shapes = [records.CASE, *({**records.CASE, "S": S} for S in records.SWEEP_S if S != records.CASE["S"])]
     points, counts = [], []
-    for configuration, contestants in ((DENSE, {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0}),
-                                       (CAUSAL, {"v15.causal": 380.0, "sdpa_auto.causal": 300.0})):
+    for configuration in (DENSE, second):
         for seed, shape in enumerate(shapes):
-            point = records.head_to_head_record(shape, contestants, seed)
-            if configuration is CAUSAL:  # the records' times are of the dense FLOPs: half of them here
-                for c in point["contestants"].values():
-                    for r in c["rounds"]:
-                        r["step_s"], r["graph_s"] = r["step_s"] / 2, r["graph_s"] / 2
-            points.append({**point, "configuration": configuration["name"], "causal": configuration is CAUSAL})
+            point = records.head_to_head_record({**shape, "D": configuration["D"]}, contestants[configuration["name"]],
+                                                seed)
+            point = {**point, "is_case": shape == records.CASE, "configuration": configuration["name"],
+                     "causal": configuration["mask"] == "causal"}
+            points.append(adjust(point) if configuration is second else point)
+    paired = {name for timed in contestants.values() for name in timed}
     for e in entries:
-        paired = e["name"] in ("v15", "v14", "sdpa_auto", "v15.causal", "sdpa_auto.causal")
-        counts.append(records.cycles_record(e["name"], shapes if paired else [records.CASE], 100.0))
+        at = [{**s, "D": expected.case_of(e["name"])["D"]} for s in shapes]
+        counts.append(records.cycles_record(e["name"], at if e["name"] in paired else at[:1], 100.0))
 
     def contestants_of(name):
-        return (["v15", "v14"], ["sdpa_auto"]) if name == "dense" else (["v15.causal"], ["sdpa_auto.causal"])
+        headline = [n for n in contestants[name or "dense"] if n.partition(".")[0] in records.HEADLINE]
+        return headline, [n for n in contestants[name or "dense"] if n not in headline]
 
     out = tmp / "results" / "nvidia-h200"
     tables = {"summary": summary, "resources": resources, "profile": profile,
               "head_to_head": headtohead.table(points, settings, contestants_of),
-              "cycles": cycles.table(counts, entries, records.CASE)}
+              "cycles": cycles.table(counts, entries, expected.case_of)}
     for name, table in tables.items():
         write_text(out / f"{name}.csv", table.to_csv(index=False))
     write_json(out / "kernels.json", meta)
     return out
+
+
+def halved(point: dict) -> dict:
+    """A causal point: the records' times are of the dense FLOPs, half of them here."""
+    for c in point["contestants"].values():
+        for r in c["rounds"]:
+            r["step_s"], r["graph_s"] = r["step_s"] / 2, r["graph_s"] / 2
+    return point
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory, monkeypatch_module):
+    """results/nvidia-h200/ of the two-configuration run, as summarize writes it."""
+    entries = [run_of(k, DENSE) for k in records.KERNELS + records.HOPPER + records.PEERS] + \
+        [run_of({"name": n}, CAUSAL) for n in CAUSAL_RUNS]
+    expected = Expected(**{**records.EXPECTED.__dict__,
+                           "peers": [e["name"] for e in entries if e["name"].partition(".")[0] in
+                                     {p["name"] for p in records.PEERS}],
+                           "causal": [*(e["name"] for e in entries if e["causal"]), CAUSAL["name"]]})
+    return write_archive(tmp_path_factory.mktemp("configurations"), monkeypatch_module, CAUSAL, CAUSAL_RUNS,
+                         {**TFLOPS, **CAUSAL_TFLOPS},
+                         {"dense": {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0},
+                          "causal": {"v15.causal": 380.0, "sdpa_auto.causal": 300.0}}, expected, halved)
 
 
 @pytest.fixture(scope="module")
@@ -181,46 +204,13 @@ D64_RUNS = ["v15", "sdpa_auto"]
 def d64_archive(tmp_path_factory, monkeypatch_module):
     """results/nvidia-h200/ of a run in dense and d64, v15 and sdpa_auto in both: every record of a d64 run
     at D=64, as the pipeline's commands take its shapes (Settings.in_configuration)."""
-    tmp = tmp_path_factory.mktemp("d64")
-    kernels = records.KERNELS + records.HOPPER
-    by_name = {k["name"]: k for k in kernels + records.PEERS}
-    d64 = [{**run_of(by_name[n], D64), "D": 64} for n in D64_RUNS]
-    monkeypatch_module.setitem(records.RESOURCES, "v15.d64", records.RESOURCES["v15"])
-    monkeypatch_module.setitem(records.LSU, "v15.d64", records.LSU["v15"])
-    paths = records.write(tmp, {**TFLOPS, "v15.d64": 300.0, "sdpa_auto.d64": 280.0}, kernels=kernels + d64)
-    paths["profiles"] = [p for p in paths["profiles"] if ".d64" not in p.name]  # profiled in the first alone
-    entries = [run_of(k, DENSE) for k in kernels + records.PEERS] + [{k: v for k, v in e.items() if k != "D"} for e in d64]
-    expected = Expected(**{**records.EXPECTED.__dict__, "peers": [e["name"] for e in entries if e["kind"] == "peer"],
+    peers = [p["name"] for p in records.PEERS]
+    expected = Expected(**{**records.EXPECTED.__dict__, "peers": [*peers, "sdpa_auto.d64"],
                            "head_dims": {"v15.d64": 64, "sdpa_auto.d64": 64}, "configuration_head_dims": {"d64": 64}})
-    settings = {**records.SETTINGS, "configurations": [DENSE, D64]}
-    summary, resources, profile, meta = tidy_tables(entries, paths["checks"], paths["benches"], paths["compiled"],
-                                                    "sm_90", records.CASE, paths["sweeps"], paths["profiles"],
-                                                    settings, expected=expected)
-    shapes = [records.CASE, *({**records.CASE, "S": S} for S in records.SWEEP_S if S != records.CASE["S"])]
-    points, counts = [], []
-    for configuration, contestants in ((DENSE, {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0}),
-                                       (D64, {"v15.d64": 300.0, "sdpa_auto.d64": 280.0})):
-        for seed, shape in enumerate(shapes):
-            at = {**shape, "D": configuration["D"]}
-            point = records.head_to_head_record(at, contestants, seed)
-            points.append({**point, "is_case": at == {**records.CASE, "D": configuration["D"]},
-                           "configuration": configuration["name"], "causal": False})
-    for e in entries:
-        at = [{**s, "D": expected.head_dims.get(e["name"], 128)} for s in shapes]
-        paired = e["name"] in ("v15", "v14", "sdpa_auto", *expected.head_dims)
-        counts.append(records.cycles_record(e["name"], at if paired else at[:1], 100.0))
-
-    def contestants_of(name):
-        return (["v15", "v14"], ["sdpa_auto"]) if name == "dense" else (["v15.d64"], ["sdpa_auto.d64"])
-
-    out = tmp / "results" / "nvidia-h200"
-    tables = {"summary": summary, "resources": resources, "profile": profile,
-              "head_to_head": headtohead.table(points, settings, contestants_of),
-              "cycles": cycles.table(counts, entries, records.CASE, expected.head_dims)}
-    for name, table in tables.items():
-        write_text(out / f"{name}.csv", table.to_csv(index=False))
-    write_json(out / "kernels.json", meta)
-    return out
+    return write_archive(tmp_path_factory.mktemp("d64"), monkeypatch_module, D64, D64_RUNS,
+                         {**TFLOPS, "v15.d64": 300.0, "sdpa_auto.d64": 280.0},
+                         {"dense": {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0},
+                          "d64": {"v15.d64": 300.0, "sdpa_auto.d64": 280.0}}, expected)
 
 
 def test_a_configuration_at_d64_is_summarized_read_back_and_reported_at_its_head_dim(d64_archive, tmp_path):

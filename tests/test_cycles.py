@@ -89,7 +89,7 @@ def test_the_table_has_a_row_per_counted_shape_in_table_order():
          "launches": [{"cycles": c, "kernels": ["flash_attention_forward"]} for c in (98500, 98600, 98900)]}]}
     not_counted = {"kernel": "v11", "counted": False, "reason": "failed its check: ..."}
     table = cycles.table([not_counted, record], [{"name": "v11", "kind": "version"}, {"name": "v22", "kind": "version"}],
-                         CASE.as_dict())
+                         lambda name: CASE.as_dict())
     assert list(table.columns) == cycles.COLUMNS
     assert table.kernel.tolist() == ["v22"] and bool(table.is_case.iloc[0])
     assert (table.cycles_min.iloc[0], table.cycles_max.iloc[0], table.launches.iloc[0]) == (98500, 98900, 3)

@@ -102,7 +102,9 @@ def _dtype(q, k, v) -> str:
     if len(names) > 1:
         raise FlashbenchError(f"flash_attention: q, k and v have different element types ({', '.join(sorted(names))})")
     name = names.pop()
-    dtype = {"float16": "fp16", "bfloat16": "bf16"}.get(name)
+    from .elements import TORCH_NAMES
+
+    dtype = {torch_name: ours for ours, torch_name in TORCH_NAMES.items()}.get(name)
     if dtype is None:
         raise FlashbenchError(f"flash_attention: {name} inputs; the line runs fp16 and bf16")
     return dtype

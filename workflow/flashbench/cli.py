@@ -332,7 +332,7 @@ def cmd_profile(a) -> None:
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
     if not Path(record["source"]).is_file():  # where the stalls are read against
         raise FlashbenchError(f"{a.record}: its source {record['source']} is not there: run from the repository root")
-    shape, held = a.settings.in_configuration(a.settings.run(record["kernel"]).configuration).case, {}
+    shape, held = _run_settings(a).case, {}
     try:  # the GPU held while ncu profiles; its report is read beside the next job's GPU work
         readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(record["source"]), shape, progress=_progress,
                            hold=_held_for_ncu(f"profile {record['kernel']}", held))
@@ -431,8 +431,9 @@ def cmd_cycles(a) -> None:
     check = read_record(a.check, "check")
     if _refused(check, a, "counted"):
         return
-    settings = a.settings.in_configuration(a.settings.run(check["kernel"]).configuration)
-    configuration, held = settings.run(check["kernel"]).configuration.name, {}
+    run = a.settings.run(check["kernel"])  # the check's: the record of a build need not be read for it
+    settings = a.settings.in_configuration(run.configuration)
+    configuration, held = run.configuration.name, {}
     with tempfile.TemporaryDirectory() as tmp:  # the GPU held while ncu runs the driver alone
         identity_file = Path(tmp) / "identity.json"
         target = ["--settings", a.settings_file] + (["--peer", a.peer] if a.peer else ["--cubin", a.cubin, "--record", a.record]) \
@@ -496,7 +497,7 @@ def cmd_summarize(a) -> None:
 
         tables["head_to_head"] = headtohead.table(points, run, contestants_of)
     if settings.cycles:
-        tables["cycles"] = cycles.table(counts, entries, case, expected.head_dims)
+        tables["cycles"] = cycles.table(counts, entries, expected.case_of)
     out = Path(a.out_dir)
     with staged_folder(out, [f"{name}.csv" for name in tables] + ["kernels.json"]) as staging:  # all, or none
         for name, table in tables.items():

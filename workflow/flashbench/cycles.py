@@ -178,15 +178,16 @@ def count(ncu: str, target: list[str], shapes: list[Shape], launches: int, progr
     return parse_kernels(raw), version(ncu)
 
 
-def table(records: list[dict], kernels: list[dict], case: dict, head_dims: dict | None = None):
+def table(records: list[dict], kernels: list[dict], case_of):
     """cycles.csv: one row per counted implementation and shape, in table order (`kernels`: the config
-    entries of the kernels and peers, with their kind; `head_dims`: the runs whose case has another D)."""
+    entries of the kernels and peers, with their kind; `case_of`: a run's name -> the case it runs, at
+    its configuration's D: validation.Expected.case_of)."""
     import pandas as pd
 
     by_name = {r["kernel"]: r for r in records}
     rows = [row for k in kernels if k["name"] in by_name
-            for row in table_rows(by_name[k["name"]], k["kind"], {**case, "D": (head_dims or {}).get(k["name"], case["D"])},
-                                  k.get("config"), k.get("causal", False))]
+            for row in table_rows(by_name[k["name"]], k["kind"], case_of(k["name"]), k.get("config"),
+                                  k.get("causal", False))]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -115,10 +115,10 @@ def builds_run_here(compile_records: list[dict], gpu_arch: str) -> dict:
 
 
 def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: pd.DataFrame, runs_here: dict,
-                  gpu_arch: str, case: dict, sweeps: dict, head_dims: dict | None = None) -> pd.DataFrame:
+                  gpu_arch: str, case_of, sweeps: dict) -> pd.DataFrame:
     """`kernels` (and peers) in table order; `checks` / `benches` / `sweeps` map a name to its record;
-    `runs_here`: builds_run_here. A check row is one shape and kind of input; the timing at the case
-    sits on its normal-input row. `head_dims`: the runs whose case has another D than `case`'s."""
+    `runs_here`: builds_run_here; `case_of`: a run's name -> its case (validation.Expected.case_of). A
+    check row is one shape and kind of input; the timing at the case sits on its normal-input row."""
     rows = []
     for kernel in kernels:
         name = kernel["name"]
@@ -126,10 +126,10 @@ def summary_table(kernels: list[dict], checks: dict, benches: dict, resources: p
         res = resources[(resources.kernel == name) & (resources.arch == arch)]
         res = res.iloc[0].to_dict() if len(res) else {}
         bench = benches.get(name, {})
-        case_here = {**case, "D": (head_dims or {}).get(name, case["D"])}
+        case = case_of(name)
         for shape in checks[name]["shapes"]:
             dims = {d: shape[d] for d in "BHSD"}
-            is_case = dims == case_here
+            is_case = dims == case
             row = {
                 "kernel": name, "config": kernel.get("config"), "kind": kernel["kind"], "series": "check", **dims, "inputs": shape["inputs"],
                 "is_case": is_case, "passed": shape["passed"], "reason": shape.get("reason"),
@@ -223,7 +223,7 @@ def tidy_tables(kernels: list[dict], check_paths: list, bench_paths: list, compi
                     **(more_records or {}))
     config_of = {k["name"]: k.get("config") for k in kernels}
     resources = resources_table(compile_records, config_of)
-    summary = summary_table(kernels, checks, benches, resources, runs_here, gpu_arch, case, sweeps, expected.head_dims)
+    summary = summary_table(kernels, checks, benches, resources, runs_here, gpu_arch, expected.case_of, sweeps)
     choices_of = own_choices(kernels, {r["kernel"]: r["source"] for r in compile_records})
     counted = (more_records or {}).get("cycles", {})
     meta = {
