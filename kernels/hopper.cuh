@@ -230,6 +230,28 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc
   if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N32K16_SS("bf16.bf16");
   else FLASH_WGMMA_M64N32K16_SS("f16.f16");
 }
+// The same at N = 64 (QK of a key tile of 64 keys, at head dim 256): D is 32 accumulators.
+#define FLASH_WGMMA_M64N64K16_SS(TYPES)                                                                       \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"                                               \
+               " wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "                                     \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                     \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"             \
+               ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                            \
+               : FLASH_D8(0), FLASH_D8(8), FLASH_D8(16), FLASH_D8(24)                                       \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+template <typename T = half>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N64K16_SS("bf16.bf16");
+  else FLASH_WGMMA_M64N64K16_SS("f16.f16");
+}
+// Any of the three, by the accumulators given: N = 2 x their count (QK of 128, 64 or 32 keys).
+template <typename T, int kAcc>
+__device__ __forceinline__ void wgmma_m64k16_ss(float (&d)[kAcc], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  static_assert(kAcc == 64 || kAcc == 32 || kAcc == 16, "QK at N = 128, 64 or 32");
+  if constexpr (kAcc == 64) wgmma_m64n128k16_ss<T>(d, desc_a, desc_b, accumulate);
+  else if constexpr (kAcc == 32) wgmma_m64n64k16_ss<T>(d, desc_a, desc_b, accumulate);
+  else wgmma_m64n32k16_ss<T>(d, desc_a, desc_b, accumulate);
+}
 // D[64x128] (+)= A[64x16] B[16x128], A from registers (4 pairs of T), B from shared memory MN-major
 // (transpose flag set: B's N dimension is the contiguous one).
 #define FLASH_WGMMA_M64N128K16_RS_BT(TYPES)                                                                   \
@@ -269,6 +291,7 @@ __device__ __forceinline__ void wgmma_m64k16_rs_bt(float (&d)[kAcc], const uint3
 }
 #undef FLASH_WGMMA_M64N128K16_SS
 #undef FLASH_WGMMA_M64N32K16_SS
+#undef FLASH_WGMMA_M64N64K16_SS
 #undef FLASH_WGMMA_M64N128K16_RS_BT
 #undef FLASH_WGMMA_M64N64K16_RS_BT
 #undef FLASH_D64
@@ -327,13 +350,15 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void*
                "r"(col), "r"(row), "r"(head), "r"(batch), "r"(smem_addr(src))
                : "memory");
 }
-// A [rows][D] tile of one head from `row` on: head columns 0-63, then at D = 128 columns 64-127.
+// A [rows][D] tile of one head from `row` on: head columns 0-63, then 64-127 and on, one box of 64 each.
 template <int kRows, int kHeadCols, typename T>
 __device__ __forceinline__ void tma_load_head_tile(T* dst, const CUtensorMap* map, uint64_t* bar, int row, int head,
                                                    int batch) {
-  static_assert(kHeadCols == 64 || kHeadCols == 128, "one or two boxes of 64 columns");
+  static_assert(kHeadCols % kBoxCols == 0 && kHeadCols <= 256, "one to four boxes of 64 columns");
   tma_load_4d(dst, map, bar, 0, row, head, batch);
-  if constexpr (kHeadCols == 128) tma_load_4d(dst + kRows * kBoxCols, map, bar, kBoxCols, row, head, batch);
+#pragma unroll
+  for (int box = 1; box < kHeadCols / kBoxCols; ++box)
+    tma_load_4d(dst + box * kRows * kBoxCols, map, bar, box * kBoxCols, row, head, batch);
 }
 
 // ---- a ring of buffers, each with a full and an empty barrier ----------------------------------------

@@ -3,8 +3,16 @@
 // Configuration, at compile time: FLASH_CAUSAL (0 or 1; keys after each query are masked), FLASH_BF16
 // (0: fp16 Q, K, V and O, 1: bf16; the wgmma's input type, P's and O's rounding), FLASH_GROUPED_KV (1:
 // K and V have H / kv_group heads, kv_group the query heads that read one K/V head, given at launch: 2
-// to H, MQA at H; 0: one K/V head per query head, kv_group 1) and FLASH_HEAD_DIM, D (128, or 64: one
-// 64-column box a row, PV on wgmma m64n64k16, 32 accumulators of O a thread; the schedule the same).
+// to H, MQA at H; 0: one K/V head per query head, kv_group 1) and FLASH_HEAD_DIM, D (128; 64: one
+// 64-column box a row, PV on wgmma m64n64k16, 32 accumulators of O a thread; 256: four boxes, PV as two
+// m64n128k16 a k-step, 128 accumulators of O a thread, key tiles of 64 and one O tile for both consumers;
+// the schedule the same).
+// Choice: at D = 256 key tiles of 64 keys (Bc = 64), not 128: O's 128 accumulators, S's 64 and P's 32
+//   would pass the consumers' 240 registers (FlashAttention-3 takes 80 keys there); and one O tile of 64
+//   rows that the consumers take in turns, not one of 128 rows: Q (64 KB), two K/V stages (128 KB) and a
+//   128-row O tile (64 KB) pass the 227 KB of shared memory. A consumer writes the O tile once the other's
+//   store has read it (the o_read barrier): its last PV is half a batch after the other's, so that wait
+//   is rarely a wait at all. Without the mask only (under it a row tile's diagonal is one key tile).
 // Choice: grouped K/V heads a build of their own, not every build's: in the fp16 build a K/V head held
 //   beside the Q head (even head + 1) had ptxas serialise every wgmma of the ragged-first entry (C7511),
 //   its turns 39, 88, 49 SASS instructions long becoming 121, 317, 278, and a guard that traps on a
@@ -72,8 +80,8 @@
 //                 (causal row tile 0 of the ragged-first entry: its rows from 0 copied by 128 threads)
 //     softmax(j) masks first on a tile the diagonal or S crosses; it takes exp against the running
 //     m (V23), moves m only past 2^8 (V22), and multiplies S again on the FMA pipe where P overflows.
-//   Br = 128, Bc = 128. Shared memory at D = 128: Q 32 KB, 2 K/V stages (128 KB), O 32 KB, the barriers
-//   (at D = 64 half as much).
+//   Br = 128, Bc = 128 (64 at D = 256). Shared memory at D = 128: Q 32 KB, 2 K/V stages (128 KB), O 32 KB,
+//   the barriers (at D = 64 half as much; at D = 256 Q 64 KB, 2 K/V stages of 64 keys 128 KB, O 32 KB).
 //
 #include <climits>      // INT_MAX: a mask with no end
 #include <type_traits>  // std::integral_constant: a batch's compile-time mask flag
@@ -113,29 +121,32 @@ constexpr int kConsumerRegs = 240;                           // setmaxnreg.inc o
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "the register file");
 constexpr int kBr = 128;                                     // query rows per work tile
 constexpr int kWgRows = kBr / kConsumerWarpgroups;           // 64 rows per consumer warpgroup: one wgmma M
-constexpr int kBc = 128;                                     // keys per K/V tile: one wgmma N (QK)
-constexpr int kD = FLASH_HEAD_DIM;                           // 128 (or 64): PV's wgmma N
+constexpr int kD = FLASH_HEAD_DIM;                           // 128, 64 or 256: PV's wgmma N (two of 128 at 256)
+constexpr int kBc = kD == 256 ? 64 : 128;                    // keys per K/V tile: one wgmma N (QK)
 constexpr float kRescaleLog2 = 8.f;                          // V22: m moves when (max - m) * scale_log2 > 8
 constexpr float kRescaleP = 256.f;                           // V23: the same, seen on P: P > 2^8
 constexpr int kStages = 2;                                   // K/V ring depth
-constexpr int kHalves = kD / kBoxCols;                       // 2 boxes of 64 head columns per row (1 at D = 64)
+constexpr int kBoxes = kD / kBoxCols;                        // 2 boxes of 64 head columns per row (1 at D = 64, 4 at 256)
+constexpr bool kSharedOTile = kD == 256;                     // one O tile of 64 rows, the consumers' in turns
+constexpr int kORows = kSharedOTile ? kWgRows : kBr;         // the O tile's rows
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
-constexpr int kRaggedFirstKeys = 32;                         // the entry ..._ragged_first takes 0 < S mod 128 <= this
-static_assert(kWgRows == 64 && kBc == 128 && (kD == 128 || kD == 64),
-              "the wgmma shapes below: QK m64n128k16, PV m64n128k16 or m64n64k16");
-static_assert(kBr == kBc, "a row tile's diagonal is one key tile");
+constexpr int kRaggedFirstKeys = 32;                         // the entry ..._ragged_first takes 0 < S mod Bc <= this
+static_assert(kWgRows == 64 && (kD == 128 || kD == 64 || kD == 256),
+              "the wgmma shapes below: QK m64n128k16 (m64n64k16 at D = 256), PV m64n128k16 or m64n64k16");
+static_assert(!kCausal || kBr == kBc, "under the mask a row tile's diagonal is one key tile");
 
 struct SharedStorage {
-  Element q[kHalves][kBr * kBoxCols];
-  Element k[kStages][kHalves][kBc * kBoxCols];
-  Element v[kStages][kHalves][kBc * kBoxCols];
-  Element o[kHalves][kBr * kBoxCols];     // the O tile the TMA stores read, the o map's layout
+  Element q[kBoxes][kBr * kBoxCols];
+  Element k[kStages][kBoxes][kBc * kBoxCols];
+  Element v[kStages][kBoxes][kBc * kBoxCols];
+  Element o[kBoxes][kORows * kBoxCols];   // the O tile the TMA stores read, the o map's layout
   uint64_t q_full[kConsumerWarpgroups];   // consumer warpgroup c's 64 rows of Q have landed
   uint64_t q_empty[kConsumerWarpgroups];  // warpgroup c is done with its rows; the next may be loaded
   uint64_t k_full[kStages];
   uint64_t v_full[kStages];
   uint64_t k_empty[kStages];
   uint64_t v_empty[kStages];
+  uint64_t o_read;  // with kSharedOTile: a store of the O tile has read it (the other consumer may write it)
 };
 static_assert(offsetof(SharedStorage, q) % kAtomBytes == 0 && offsetof(SharedStorage, k) % kAtomBytes == 0 &&
                   offsetof(SharedStorage, v) % kAtomBytes == 0 && offsetof(SharedStorage, o) % kAtomBytes == 0 &&
@@ -167,9 +178,9 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
   require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kGroupedKv ? kv_group : 1, kBr);
 
   // Where the key tiles start. Row tile r is rows 128r .. (rows past S fill with zeros, their O stores
-  // clip). Without kRaggedFirst, key tile c is keys 128c .. (the tile S ends in masked past S). With it
-  // (r = S mod 128, 1 to 32), key tile 0 is keys 0 .. r - 1, loaded from key 0 (keys r .. 31 of its
-  // narrow QK are masked: key tile 1's), and key tile c >= 1 keys 128c - (128 - r) ..: the ragged part
+  // clip). Without kRaggedFirst, key tile c is keys Bc c .. (the tile S ends in masked past S). With it
+  // (r = S mod Bc, 1 to 32), key tile 0 is keys 0 .. r - 1, loaded from key 0 (keys r .. 31 of its
+  // narrow QK are masked: key tile 1's), and key tile c >= 1 keys Bc c - (Bc - r) ..: the ragged part
   // is every work tile's batch 0, whose QK is 32 keys wide. Under the mask the row tiles shift the same
   // way (row tile 0 is rows -(128 - r) .. r - 1, its Q before row 0 filled with zeros), so that a row
   // tile's diagonal is still its last key tile; row tile 0's rows at or past 0 are copied from the O tile.
@@ -196,6 +207,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       mbar_init(&smem.k_empty[s], kConsumerWarps);
       mbar_init(&smem.v_empty[s], kConsumerWarps);
     }
+    if (kSharedOTile) mbar_init(&smem.o_read, 1);
     mbar_fence_init();
   }
   const WorkList work = WorkList::of_this_block(work_list, list_head, row_tiles * batch_heads, heads);
@@ -243,7 +255,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
           mbar_wait(&smem.q_empty[c], q_phase ^ 1);
           mbar_arrive_expect_tx(&smem.q_full[c], kQRowsBytes);
 #pragma unroll
-          for (int box = 0; box < kHalves; ++box)
+          for (int box = 0; box < kBoxes; ++box)
             tma_load_4d(smem.q[box] + c * kWgRows * kBoxCols, &tmap_q, &smem.q_full[c], box * kBoxCols, row, t.head,
                         t.batch);
         }
@@ -281,33 +293,36 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     const auto qk_step = [](int ks, int rows) { return (ks / 4) * rows * kBoxRowBytes + (ks % 4) * 32; };
 
     float o_acc[kD / 2];  // O: 64 rows x D head columns per warpgroup (zeroed at each work tile)
-    float s_acc[64];               // S of the tile whose QK is in the current batch
+    float s_acc[kBc / 2];          // S of the tile whose QK is in the current batch
     uint32_t p_frag[kBc / 16][4];  // P of the tile whose PV is in the current batch
     float row_max[2];  // rows g, g + 8: m, (max - m) * scale_log2 <= 8 (V22; -inf at each work tile)
     float row_sum[2];  // this thread's part of the running sum of exp (0 at each work tile)
 
     // ---- the pieces of a batch -------------------------------------------------------------------
-    // S = Q K^T: 64 rows x `keys` keys per warpgroup (128, or 32 where key tile 0 is ragged, when it
-    // writes s_acc[0 .. 16) alone), 8 wgmma k16 steps over the head dim.
+    // S = Q K^T: 64 rows x `keys` keys per warpgroup (Bc, or 32 where key tile 0 is ragged, when it
+    // writes s_acc[0 .. 16) alone), D / 16 wgmma k16 steps over the head dim.
     const auto issue_qk = [&](int stage, auto keys) {
       constexpr int kKeys = decltype(keys)::value;
-      static_assert(kKeys == 128 || kKeys == 32, "QK of a whole key tile, or of its first quarter");
+      static_assert(kKeys == kBc || kKeys == 32, "QK of a whole key tile, or of its first 32 keys");
       const uint64_t k_desc0 = make_desc_sw128(smem_addr(smem.k[stage][0]), 16, kAtomBytes);
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
         const uint64_t a = desc_advance(q_desc0, qk_step(ks, kBr)), b = desc_advance(k_desc0, qk_step(ks, kBc));
-        if constexpr (kKeys == 128) wgmma_m64n128k16_ss<Element>(s_acc, a, b, ks > 0);
-        if constexpr (kKeys == 32) wgmma_m64n32k16_ss<Element>(*reinterpret_cast<float(*)[16]>(s_acc), a, b, ks > 0);
+        wgmma_m64k16_ss<Element>(*reinterpret_cast<float(*)[kKeys / 2]>(s_acc), a, b, ks > 0);
       }
     };
-    // O += P V: 64 rows x D head columns, 8 wgmma k16 steps over the keys. V is [keys][head dims]:
-    // B = V with N (head dims) contiguous, MN-major; the two 64-column halves (at D = 128) are LBO = 128
-    // keys x 128 B apart, 8-key groups SBO = 1024 B apart.
+    // O += P V: 64 rows x D head columns, Bc / 16 wgmma k16 steps over the keys, each one wgmma of N = D
+    // (at D = 256 two of N = 128, on O's two halves). V is [keys][head dims]: B = V with N (head dims)
+    // contiguous, MN-major; its 64-column boxes are LBO = Bc keys x 128 B apart, 8-key groups SBO = 1024 B.
+    constexpr int kPvCols = kD < 128 ? kD : 128;  // one PV wgmma's N
     const auto issue_pv = [&](int stage) {
       const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk)
-        wgmma_m64k16_rs_bt<Element>(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
+#pragma unroll
+        for (int n = 0; n < kD / kPvCols; ++n)
+          wgmma_m64k16_rs_bt<Element>(*reinterpret_cast<float(*)[kPvCols / 2]>(o_acc + n * kPvCols / 2), p_frag[kk],
+                                      desc_advance(v_desc0, (kk * 16 + n * (kPvCols / kBoxCols) * kBc) * kBoxRowBytes), 1);
     };
     using AllKeys = std::integral_constant<int, kBc>;  // QK's width (wgmma N) on a whole key tile
     using RaggedKeys = std::integral_constant<int, kRaggedFirstKeys>;  // on a ragged key tile 0
@@ -340,7 +355,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         if (key >= end || (kCausal && key > row)) s_acc[i] = -INFINITY;
       }
     };
-    // Online softmax of S in registers (a thread holds 32 of the 128 columns of rows g, g + 8). It
+    // Online softmax of S in registers (a thread holds a quarter of the Bc columns of rows g, g + 8). It
     // leaves exp(S - m) in s_acc and the factors O is to be rescaled by in rescale[]: O itself may
     // still be in flight. row_max holds m, which moves to the running max only when (max - m) *
     // scale_log2 > kRescaleLog2 (always at a work tile's first tile, where m = -inf);
@@ -383,7 +398,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
 #pragma unroll
       for (int h = 0; h < 2; ++h) neg_max_scaled[h] = -row_max[h] * scale_log2;
 #pragma unroll
-      for (int i = 0; i < 64; ++i) {
+      for (int i = 0; i < kBc / 2; ++i) {
         const int h = (i / 2) % 2;
         s_acc[i] = fast_exp2(fmaf(s_acc[i], scale_log2, neg_max_scaled[h]));
         tile_sum[h] += s_acc[i];
@@ -396,7 +411,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         for (int h = 0; h < 2; ++h) {
           float m = 0.f;
 #pragma unroll
-          for (int i = 0; i < 16; ++i) m = fmaxf(m, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
+          for (int i = 0; i < kBc / 8; ++i) m = fmaxf(m, fmaxf(s_acc[4 * i + 2 * h], s_acc[4 * i + 2 * h + 1]));
           p_max[h] = quad_max(m);
         }
         // An overflowed P, or a sum of finite ones: S is needed again. (Below, 1 / p_max is subnormal
@@ -416,21 +431,21 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         rescale_o_needed = __any_sync(0xffffffff, moved);
         if (rescale_o_needed) {
 #pragma unroll
-          for (int i = 0; i < 64; ++i) s_acc[i] *= rescale[(i / 2) % 2];
+          for (int i = 0; i < kBc / 2; ++i) s_acc[i] *= rescale[(i / 2) % 2];
         }
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * rescale[h] + tile_sum[h];
       return true;
     };
-    // This thread's 64 elements of S = Q K^T for K/V stage `stage`, on the FMA pipe from the swizzled
+    // This thread's Bc / 2 elements of S = Q K^T for K/V stage `stage`, on the FMA pipe from the swizzled
     // tiles (hopper.cuh's layout): the rare path of softmax_against_m, taken by a whole warp.
-    // Rolled: one dot product's loop for all 64 outputs, into `fresh` (local memory: this path is
+    // Rolled: one dot product's loop for all its outputs, into `fresh` (local memory: this path is
     // rare), copied into s_acc by constant indices so that s_acc stays in registers.
     const auto recompute_s = [&](int stage) {
-      float fresh[64];
+      float fresh[kBc / 2];
 #pragma unroll 1
-      for (int i = 0; i < 64; ++i) {
+      for (int i = 0; i < kBc / 2; ++i) {
         const int q_row = cwg * kWgRows + warp * 16 + g + 8 * ((i / 2) % 2), key = 8 * (i / 4) + 2 * quad + i % 2;
         float dot = 0.f;
 #pragma unroll 1
@@ -442,7 +457,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         fresh[i] = dot;
       }
 #pragma unroll
-      for (int i = 0; i < 64; ++i) s_acc[i] = fresh[i];
+      for (int i = 0; i < kBc / 2; ++i) s_acc[i] = fresh[i];
     };
     // O rescaled by the factors of the last softmax (its columns are head dims, its rows the same
     // g, g + 8): once PV(j - 2) is complete, before the turn (V20).
@@ -482,7 +497,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       using FirstKeys = std::conditional_t<kRaggedFirst, RaggedKeys, AllKeys>;
       constexpr int kFirstLive = FirstKeys::value / 2;  // the accumulators QK(0) writes
 #pragma unroll
-      for (int i = kFirstLive; i < 64; ++i) s_acc[i] = 0.f;  // P of the keys QK(0) leaves out
+      for (int i = kFirstLive; i < kBc / 2; ++i) s_acc[i] = 0.f;  // P of the keys QK(0) leaves out
       mbar_wait(&smem.k_full[ring.stage], ring.phase);
       if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
       batch_begin(FirstKeys{});
@@ -556,8 +571,9 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       if (tiles > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
       pack_p();  // P(n - 1)
       // Epilogue step 1: the previous work tile's store has read the O tile (nothing to wait for at
-      // the block's first); the turn sync below carries that to the warpgroup's 128 threads.
-      if (store_thread()) bulk_wait_group_read<0>();
+      // the block's first); the turn sync below carries that to the warpgroup's 128 threads. (A shared
+      // O tile's store thread waited for its store's read already, to tell the other consumer.)
+      if (!kSharedOTile && store_thread()) bulk_wait_group_read<0>();
       if (rescale_o_needed) rescale_o();
       named_bar_sync(my_turn, kConsumerThreads);
       batch_begin(AllKeys{});
@@ -573,7 +589,11 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       float inv[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) inv[h] = 1.f / quad_sum(row_sum[h]);
-      write_o_rows<kBr>(smem.o[0], cwg * kWgRows, o_acc, inv);
+      // A shared O tile: once the other consumer's last store has read it. A's first wait is on the phase
+      // before the barrier's first, complete; after it A's and B's stores complete its phases in turn.
+      if constexpr (kSharedOTile) mbar_wait(&smem.o_read, cwg ^ 1);
+      const int o_tile_row = kSharedOTile ? 0 : cwg * kWgRows;  // this warpgroup's first row in the O tile
+      write_o_rows<kORows>(smem.o[0], o_tile_row, o_acc, inv);
       fence_proxy_async();  // this thread's writes, visible to the TMA unit's reads
       named_bar_sync(kOBar + cwg, 128);  // all 128 threads of this warpgroup have written and fenced its rows
       if (kCausal && kRaggedFirst && t.row_tile == 0) {  // rows before 0: the warpgroup copies its rows >= 0
@@ -582,14 +602,22 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
           const int local = cwg * kWgRows + c / (kD / 8), col = 8 * (c % (kD / 8)), row = local - row_shift;
           if (row >= 0)
             *reinterpret_cast<uint4*>(o_head + size_t(row) * kD + col) =
-                *reinterpret_cast<const uint4*>(tile_element<kBr>(smem.o[0], local, col));
+                *reinterpret_cast<const uint4*>(tile_element<kORows>(smem.o[0], local, col));
         }
-      } else if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from half 0, 64-127 from half 1
+      } else if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from box 0, 64-127 from box 1 ..
         const int o_row = t.row_tile * kBr + cwg * kWgRows - row_shift;
-        tma_store_4d(&tmap_o, smem.o[0] + cwg * kWgRows * kBoxCols, 0, o_row, t.head, t.batch);
-        if constexpr (kHalves == 2)  // (as a loop over the halves, ptxas placed the store's set-up otherwise)
-          tma_store_4d(&tmap_o, smem.o[kHalves - 1] + cwg * kWgRows * kBoxCols, kBoxCols, o_row, t.head, t.batch);
+        // (box by box: as a loop over them, ptxas placed the store's set-up otherwise)
+        tma_store_4d(&tmap_o, smem.o[0] + o_tile_row * kBoxCols, 0, o_row, t.head, t.batch);
+        if constexpr (kBoxes >= 2) tma_store_4d(&tmap_o, smem.o[1] + o_tile_row * kBoxCols, kBoxCols, o_row, t.head, t.batch);
+        if constexpr (kBoxes == 4) {
+          tma_store_4d(&tmap_o, smem.o[2] + o_tile_row * kBoxCols, 2 * kBoxCols, o_row, t.head, t.batch);
+          tma_store_4d(&tmap_o, smem.o[3] + o_tile_row * kBoxCols, 3 * kBoxCols, o_row, t.head, t.batch);
+        }
         bulk_commit_group();
+        if constexpr (kSharedOTile) {  // the other consumer may write the O tile once this store has read it
+          bulk_wait_group_read<0>();
+          mbar_arrive(&smem.o_read);
+        }
       }
     }
     // The block's last stores must have read the O tile before the block exits and its shared
@@ -609,7 +637,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm) flash_attenti
   attention<false>(seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles, batch_heads, heads, kv_group,
                    work_list, o);
 }
-// S whose last key tile holds 1 to 32 keys (0 < S mod 128 <= kRaggedFirstKeys): the key tiles (and under
+// S whose last key tile holds 1 to 32 keys (0 < S mod Bc <= kRaggedFirstKeys): the key tiles (and under
 // the mask the row tiles) laid out from S's end. At another S it would drop keys or mask whole tiles;
 // the launcher alone holds it to its S (a trap on the S here, in each place tried, had ptxas serialise
 // every wgmma of the entry, C7511).

@@ -61,6 +61,8 @@ def call(q, k=None, v=None, **kw):
     ((Stand((2, 1000, 8, 128)), Stand((2, 1000, 2, 128)), Stand((2, 1000, 2, 128))), {"causal": True},
      "mask causal, D=128, fp16, grouped K/V heads is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 64)),), {"causal": True}, "mask causal, D=64, fp16 is not a configuration the line runs"),
+    ((Stand((2, 1000, 3, 256)),), {"causal": True}, "mask causal, D=256, fp16 is not a configuration the line runs"),
+    ((Stand((2, 1000, 3, 96)),), {}, "mask none, D=96, fp16 is not a configuration the line runs"),
     ((Stand(BSHD, device="cpu"),), {}, "the inputs are on the cpu; it runs on a CUDA GPU"),
     ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices"),
 ])
@@ -99,6 +101,8 @@ def test_each_configuration_asks_for_its_best_build(settings):
     assert grouped.kv_group > 1 and build.endswith(".gqa")
     d64, build = api.configuration_for(settings, False, 64, "fp16")
     assert d64.D == 64 and build.endswith(".d64")
+    d256, build = api.configuration_for(settings, False, 256, "fp16")
+    assert d256.D == 256 and build.endswith(".d256")
 
 
 def test_an_input_is_read_as_it_lies_where_tma_can_and_copied_where_it_cannot():
@@ -169,10 +173,10 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("S", [1000, 150])
 @pytest.mark.parametrize("dtype, kv_heads, D", [("bfloat16", 6, 128), ("float16", 2, 128), ("float16", 1, 128),
-                                                ("float16", 6, 64)])
-def test_bf16_grouped_kv_heads_and_d64_agree_with_sdpa(layout, S, dtype, kv_heads, D, tmp_path, monkeypatch):
+                                                ("float16", 6, 64), ("float16", 6, 256)])
+def test_bf16_grouped_kv_heads_and_other_head_dims_agree_with_sdpa(layout, S, dtype, kv_heads, D, tmp_path, monkeypatch):
     """bf16 (6 heads of K and V for 6 of Q), fp16 on grouped K/V heads (3 query heads a K/V head, GQA, and
-    all 6 on one, MQA), and fp16 at D=64."""
+    all 6 on one, MQA), and fp16 at D=64 and D=256."""
     torch = _torch()
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
     B, H = 2, 6
@@ -229,17 +233,19 @@ def test_a_call_captured_in_a_cuda_graph_replays_on_new_inputs(tmp_path, monkeyp
                 flashbench.flash_attention(q[:, :999], k[:, :999], v[:, :999])
 
 
-# Calls in both layouts, with and without the mask, in bf16, on one K/V head for three query heads, at two
-# ragged S (150: the entry for a last key tile of 1 to 32 keys; 1050: the other) and an odd B*H: what
+# Calls in both layouts, with and without the mask, in bf16, on one K/V head for three query heads, at D=64 and
+# 256, at two ragged S (150: the entry for a last key tile of 1 to 32 keys; 1000: the other, in key tiles of
+# 128 and of 64) and an odd B*H: what
 # compute-sanitizer runs. FlashAttention's layout
 # reads each head's rows H*D apart, which the pipeline's contiguous inputs never do.
 CALLS = """
 import sys, torch, flashbench
 for layout in ("bshd", "bhsd"):
-    for causal, dtype, kv_heads in ((False, torch.float16, 3), (True, torch.float16, 3), (False, torch.bfloat16, 3),
-                                    (False, torch.float16, 1)):
-        for S in (150, 1050):
-            shape = lambda heads: (1, S, heads, 128) if layout == "bshd" else (1, heads, S, 128)
+    for causal, dtype, kv_heads, D in ((False, torch.float16, 3, 128), (True, torch.float16, 3, 128),
+                                       (False, torch.bfloat16, 3, 128), (False, torch.float16, 1, 128),
+                                       (False, torch.float16, 3, 64), (False, torch.float16, 3, 256)):
+        for S in (150, 1000):
+            shape = lambda heads: (1, S, heads, D) if layout == "bshd" else (1, heads, S, D)
             q = torch.randn(shape(3), device="cuda", dtype=dtype)
             k, v = (torch.randn(shape(kv_heads), device="cuda", dtype=dtype) for _ in range(2))
             flashbench.flash_attention(q, k, v, causal=causal, layout=layout)

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -491,8 +492,9 @@ def test_v25_is_v24s_schedule_on_maps_by_head_and_its_causal_build_masks(records
     resources and turns, its QK(0) of 32 keys (wgmma N=32) where the first entry's are all 128."""
     v24, v25, causal = records[("v24", "sm_90a")], records[("v25", "sm_90a")], records[("v25.causal", "sm_90a")]
     ragged_first = {"entry": "flash_attention_forward_ragged_first", "keys": 32}
+    # + 8 bytes: the O tile's read barrier (used where the consumers share one O tile, at D = 256)
     assert v25["launch"] == {**v24["launch"], "tensor_map_rank": 4, "work_list": {"l2_section_bytes": 0},
-                             "ragged_first": ragged_first}
+                             "ragged_first": ragged_first, "dynamic_smem_bytes": v24["launch"]["dynamic_smem_bytes"] + 8}
     assert v25["registers"] == v24["registers"] and v25["spill_bytes"] == 0
     assert v25["stack_frame_bytes"] == causal["stack_frame_bytes"] == ROLLED_RARE_PATH_STACK["v25"]
     assert causal["launch"] == {**v25["launch"], "causal": True, "work_list": {"l2_section_bytes": 16 << 20}}
@@ -538,6 +540,27 @@ def test_v25_in_bf16_and_on_grouped_kv_heads_keeps_the_fp16_builds_turns(records
             assert len(gmma) == sum("HGMMA" in line for line in _instructions(fp16_entries[name]))
             assert all((".BF16" in line) == (build is bf16) for line in gmma)
             assert [len(turn) for turn in _turns(sass_text)] == pytest.approx(fp16_turns[name], abs=2)
+
+
+def test_v25_at_head_dims_64_and_256_takes_its_tiles_from_d(records, built):
+    """FLASH_HEAD_DIM=64: one box of 64 head columns a row, QK on wgmma N=128 over 4 k-steps, PV on N=64;
+    =256: four boxes, key tiles of 64 (QK on N=64 over 16 k-steps, PV as two of N=128 a k-step) and one O
+    tile of 64 rows that the consumers take in turns. Each builds clean, within a block's shared memory,
+    with V25's three copies of QK and of PV (batch 0 or the loop's, the peeled last, the final PV), the
+    ragged-first entry's QK(0) 32 keys wide, and a TMA per box of each load and of the O store."""
+    v25 = records[("v25", "sm_90a")]
+    for D, block_cols, qk, pv in ((64, 128, "64x128x16", "64x64x16"), (256, 64, "64x64x16", "64x128x16")):
+        r = records[(f"v25.d{D}", "sm_90a")]
+        assert r["defines"] == {"FLASH_HEAD_DIM": D} and r["registers"] == v25["registers"] and r["spill_bytes"] == 0
+        assert r["launch"]["head_dim"] == D and r["launch"]["block_cols"] == block_cols
+        assert r["launch"]["block_rows"] == 128 and r["launch"]["dynamic_smem_bytes"] <= 232448
+        assert r["stack_frame_bytes"] == block_cols // 2 * 4  # the rare path's S, a thread's part of a key tile
+        pv_per_k_step = D // min(D, 128)
+        for name, sass_text in _functions(_sass(r, built)).items():
+            shapes = Counter(m.group(1) for m in re.finditer(r"HGMMA\.(64x\d+x16)", sass_text))
+            narrow = D // 16 if name.endswith("ragged_first") else 0  # QK(0) of 32 keys
+            assert shapes == Counter({qk: 3 * D // 16 - narrow, pv: 3 * block_cols // 16 * pv_per_k_step, "64x32x16": narrow})
+            assert sass_text.count("UTMASTG") == D // 64 and sass_text.count("UTMALDG") == 5 * D // 64
 
 
 @pytest.mark.parametrize("build, contract, message", [

@@ -223,23 +223,27 @@ def test_a_defect_planted_in_a_causal_kernel_fails_its_check(causal_build, defec
             assert not result["passed"], (kernel.name, defect, shape)
 
 
-def test_v25_at_head_dim_64_passes_at_any_seq_len_and_a_planted_defect_fails(settings, gate, tmp_path, needs_nvcc):
-    """V25 built with FLASH_HEAD_DIM=64 (one 64-column box a row, PV on wgmma m64n64k16), not yet a
-    configuration of its own: on D=64 shapes, ragged S and every kind of input; a planted zero row fails."""
+@pytest.mark.parametrize("D", [64, 256])
+def test_v25_at_head_dims_64_and_256_passes_at_any_seq_len_and_a_planted_defect_fails(D, settings, gate, tmp_path,
+                                                                                     needs_nvcc):
+    """V25 built with FLASH_HEAD_DIM=64 (one 64-column box a row, PV on wgmma m64n64k16) and =256 (four
+    boxes, key tiles of 64, one O tile the consumers share): on shapes at that D, ragged S (at D=256 too
+    RAGGED's lengths take both entries: S=1000 ends 40 keys into a key tile of 64, 1500 28) and every kind
+    of input; a planted zero row fails."""
     if gpu.require().arch != "sm_90":
         pytest.skip("V25 is built for sm_90a")
     k = settings.kernel("v25")
-    record = compile_kernel("v25.d64", ROOT / k.source, "sm_90a", settings.nvcc_flags, {"FLASH_HEAD_DIM": 64},
-                            tmp_path / "v25.d64.cubin")
-    assert record["launch"]["head_dim"] == 64 and record["spill_bytes"] == 0
-    kernel = AttentionKernel(tmp_path / "v25.d64.cubin", record)
-    shapes = [Shape(1, 64, 1024, 64), Shape(2, kernel.sm_count + 3, 384, 64), *(replace(s, D=64) for s in RAGGED)]
+    record = compile_kernel(f"v25.d{D}", ROOT / k.source, "sm_90a", settings.nvcc_flags, {"FLASH_HEAD_DIM": D},
+                            tmp_path / f"v25.d{D}.cubin")
+    assert record["launch"]["head_dim"] == D and record["spill_bytes"] == 0
+    kernel = AttentionKernel(tmp_path / f"v25.d{D}.cubin", record)
+    shapes = [Shape(1, 64, 1024, D), Shape(2, kernel.sm_count + 3, 384, D), *(replace(s, D=D) for s in RAGGED)]
     result = check_kernel(kernel, shapes, gate, smallest=settings.check_smallest, progress=lambda m: None)
     assert result["passed"], result["reason"]
-    assert {r["D"] for r in result["shapes"]} == {64} and {r["inputs"] for r in result["shapes"]} == set(attention.INPUT_KINDS)
+    assert {r["D"] for r in result["shapes"]} == {D} and {r["inputs"] for r in result["shapes"]} == set(attention.INPUT_KINDS)
     planted = Planted(kernel.cubin, record)
     planted.defect = "zero_row"
-    assert not check_kernel(planted, [Shape(3, 5, 1000, 64)], gate, kinds=["normal"], progress=lambda m: None)["passed"]
+    assert not check_kernel(planted, [Shape(3, 5, 1000, D)], gate, kinds=["normal"], progress=lambda m: None)["passed"]
 
 
 # Run in a child process: a trap or a fault leaves the CUDA context unusable for the rest of the process.
@@ -289,8 +293,9 @@ def test_a_mislaunched_kernel_fails_loudly_and_the_run_goes_on(build, name, how)
 
 
 # A launch at each of two small ragged shapes with an odd B*H, on far_max (the rare path): what
-# compute-sanitizer runs. S=200 ends its last key tile at 72 keys, S=150 at 22: a kernel with an entry for
-# a key tile of 1 to 32 keys (V25's ragged_first) runs both of its entries.
+# compute-sanitizer runs, at the D of the build's configuration. S=230 ends its last key tile at 102 keys (38
+# in key tiles of 64, as at D=256), S=150 at 22: a kernel with an entry for a key tile of 1 to 32 keys (V25's
+# ragged_first) runs both of its entries.
 LAUNCH_ONCE = """
 import sys
 import cupy as cp
@@ -301,8 +306,8 @@ from flashbench.launch import AttentionKernel
 
 run = config.load(sys.argv[3]).run(sys.argv[4])  # its inputs in its configuration: 3 query heads on one K/V head in gqa
 kernel = AttentionKernel(sys.argv[1], read_json(sys.argv[2]), run.configuration)
-for S in (200, 150):
-    kernel(*kernel.inputs(Shape(1, 3, S, 128), cp.random.default_rng(0), "far_max"))
+for S in (230, 150):
+    kernel(*kernel.inputs(Shape(1, 3, S, run.configuration.D), cp.random.default_rng(0), "far_max"))
 cp.cuda.runtime.deviceSynchronize()
 """
 

@@ -59,7 +59,7 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     # every kernel build and peer run in each configuration it runs in; the profile in the first
     n, peers = len(settings.kernel_builds()), len(settings.peer_runs())
     configured = [c for c in settings.configurations if settings.headline_in(c)]
-    assert len(configured) == len(settings.configurations) == 5  # the head-to-head in each configuration
+    assert len(configured) == len(settings.configurations) == 6  # the head-to-head in each configuration
     assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "check_kernel": n,
                                        "bench_kernel": n, "sweep_kernel": n, "profile_kernel": len(settings.kernels),
                                        "check_peer": peers, "bench_peer": peers, "sweep_peer": peers, "summarize": 1,
