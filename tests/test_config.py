@@ -177,15 +177,16 @@ def test_configurations_name_each_kernel_build_and_peer_run_the_first_keeping_it
     assert settings.defines("v25.bf16") == {"FLASH_BF16": 1} and settings.defines("v25.gqa") == {"FLASH_GROUPED_KV": 1}
     assert settings.defines("v25.d64") == {"FLASH_HEAD_DIM": 64} and settings.defines("v25.d256") == {"FLASH_HEAD_DIM": 256}
     assert settings.run("sdpa_cudnn.causal").of == "sdpa_cudnn" and settings.run("sdpa_cudnn").configuration.name == "dense"
-    # a peer runs in every configuration unless it names them: the head-to-head's rivals in each
+    # a peer runs in every configuration unless it names them: the head-to-head's rivals in each (SDPA's
+    # automatic dispatch beside cuDNN under the mask alone)
     for configuration in settings.configurations[1:]:
         peers_there = [run.of for run in settings.peer_runs() if run.configuration == configuration]
-        assert peers_there == ["sdpa_auto", "sdpa_cudnn", "flash_attn_cute"]
-        assert set(peers_there) == set(settings.head_to_head["rivals"])
+        assert peers_there == ["sdpa_auto", "sdpa_cudnn", "flash_attn_cute"][configuration.name != "causal":]
+        assert set(peers_there) == {settings.run(name).of for name in settings.rivals_in(configuration)}
         suffix = f".{configuration.name}"
-        assert settings.contestants(configuration) == [f"v25{suffix}", *(f"{n}{suffix}" for n in settings.head_to_head["rivals"])]
+        assert settings.contestants(configuration) == [f"v25{suffix}", *settings.rivals_in(configuration)]
     # and the runs in table order: each configuration's kernels, then its peers
-    assert [run.name for run in settings.runs()][-4:] == ["v25.d256", "sdpa_auto.d256", "sdpa_cudnn.d256", "flash_attn_cute.d256"]
+    assert [run.name for run in settings.runs()][-3:] == ["v25.d256", "sdpa_cudnn.d256", "flash_attn_cute.d256"]
     # the K/V heads of each configured H: 8 of 64 (the case), and one for the check's 3, 5, 8 and 16 (two)
     gqa = settings.configurations[3]
     assert [gqa.kv_heads(H) for H in (64, 16, 8, 5, 3)] == [8, 2, 1, 1, 1]
@@ -225,7 +226,7 @@ def test_a_run_outside_the_configurations_is_refused_naming_the_key(name, messag
 
 def test_without_configurations_every_kernel_runs_in_the_dense_one():
     bare = {k: v for k, v in copy.deepcopy(CONFIG).items() if k != "configurations"}
-    for spec in [*bare["kernels"].values(), *bare["peers"].values(), bare["goal"]["next"]]:
+    for spec in [*bare["kernels"].values(), *bare["peers"].values(), bare["goal"]["next"], bare["head_to_head"]]:
         spec.pop("configurations", None)
     settings = validate(bare, root=ROOT)
     assert [c.name for c in settings.configurations] == ["dense"] and not settings.configurations[0].causal
@@ -254,6 +255,16 @@ def test_without_configurations_every_kernel_runs_in_the_dense_one():
      "config key 'check.shapes[3].H': 17 query heads do not share the 2 K/V heads"),
     (lambda c: c["peers"]["unfused"].update(configurations=["causal"]),
      "config key 'peers.unfused.configurations': every peer runs in the first configuration, 'dense'"),
+    (lambda c: c["head_to_head"]["configurations"].update(sliding={"S": [1024]}),
+     "config key 'head_to_head.configurations.sliding': unknown configuration 'sliding'"),
+    (lambda c: c["head_to_head"]["configurations"]["d64"].update(rivals=["sdpa_cudnn", "fa3"]),
+     "config key 'head_to_head.configurations.d64.rivals[1]': 'fa3' is not one of the peers"),
+    (lambda c: c["head_to_head"]["configurations"]["d64"].update(S=[1024, 3000]),
+     "config key 'head_to_head.configurations.d64.S[1]': 3000 is not one of sweep.S"),
+    (lambda c: c["head_to_head"]["configurations"]["d64"].update(S=[2048, 4096]),
+     "config key 'head_to_head.configurations.d64.S': leaves out the case's S=1024"),
+    (lambda c: c["head_to_head"]["configurations"]["d64"].update(energy_rounds=-1),
+     "head_to_head.configurations.d64.energy_rounds"),
     (lambda c: c["configurations"]["causal"].update(mask="sliding"), "configurations.causal.mask"),
     (lambda c: c["configurations"]["causal"].update(D=96), "configurations.causal.D"),
 ])
@@ -275,6 +286,28 @@ def test_the_kernels_alone_are_checked_on_far_max():
     assert settings.used_by("check", "unfused")["inputs"] == settings.check_inputs
 
 
+def test_a_configuration_runs_the_head_to_head_as_it_asks_there(settings):
+    """head_to_head.configurations: a configuration's points take its own S, rounds, rivals and energy
+    rounds over head_to_head's; the others take head_to_head's own. Its points and the headline's cycle
+    counts there follow its S."""
+    from dataclasses import replace
+
+    dense, d64 = settings.configurations[0], next(c for c in settings.configurations if c.name == "d64")
+    assert "configurations" not in settings.head_to_head_in(dense)
+    assert settings.head_to_head_in(dense)["energy_rounds"] == 1 and settings.head_to_head_in(d64)["energy_rounds"] == 0
+    asked = replace(settings, head_to_head={**settings.head_to_head, "configurations": {
+        "d64": {"S": [1024, 16384], "rounds": 6, "rivals": ["flash_attn_cute"]}}})
+    d64_h2h = asked.head_to_head_in(d64)
+    assert (d64_h2h["S"], d64_h2h["rounds"], d64_h2h["energy_rounds"]) == ([1024, 16384], 6, 1)
+    assert [s.S for s in asked.headline_shapes(d64)] == [1024, 16384]
+    assert [s.S for s in asked.headline_shapes(dense)] == [1024, *(S for S in settings.sweep["S"] if S != 1024)]
+    assert asked.rivals_in(d64) == ["flash_attn_cute.d64"]
+    assert [s.S for s in asked.cycle_shapes("v25.d64")] == [1024, 16384, 4000]
+    assert {name for name, (_, c) in asked.head_to_head_points().items() if c == d64} == {"S1024.d64", "S16384.d64"}
+    with pytest.raises(ConfigError, match="no point at S=2048"):
+        asked.head_to_head_shape(2048, d64)
+
+
 def test_the_headline_is_counted_at_the_ragged_lengths_where_cycles_ragged_asks(settings):
     """cycles.ragged: the headline versions at every point of the head-to-head and at sweep.ragged (the
     driver passes over a length a kernel does not take); a rival at the points alone; without the key,
@@ -283,8 +316,10 @@ def test_the_headline_is_counted_at_the_ragged_lengths_where_cycles_ragged_asks(
 
     points = [s.S for s in settings.headline_shapes()]
     assert settings.cycles["ragged"] and settings.sweep["ragged"] == [4000]
-    for name in ("v25", "v25.causal", "v24"):
+    for name in ("v25", "v24"):
         assert [s.S for s in settings.cycle_shapes(name)] == [*points, 4000]
+    # under the mask the points head_to_head.configurations names there: the case and S >= 1024
+    assert [s.S for s in settings.cycle_shapes("v25.causal")] == [*(S for S in points if S != 512), 4000]
     assert [s.S for s in settings.cycle_shapes("sdpa_cudnn")] == points
     unasked = replace(settings, cycles={"launches": 7})
     assert [s.S for s in unasked.cycle_shapes("v25")] == points

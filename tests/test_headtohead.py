@@ -322,6 +322,19 @@ def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_co
     assert log.endswith(f"{turns[0]} | {windows[0]} | {windows[1]}")
 
 
+def test_a_configuration_that_asks_no_energy_windows_gets_none_and_says_why():
+    peers = [LoggedPeer("v22"), LoggedPeer("flash_attn_cute")]
+    settings = {"rounds": 2, "min_timing_ms": 5, "lead_in_ms": 1, "warmup": 1, "energy_rounds": 0,
+                "energy_window_s": 0.01}
+    LoggedPeer.log.clear()
+    LoggedPeer.seconds.clear()
+    record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _SpanSampler(), _LoggedEnergy(),
+                                progress=lambda m: None)
+    assert "energy" not in " | ".join(LoggedPeer.log)
+    assert all(c["energy"] == [] and len(c["rounds"]) == 2 for c in record["contestants"].values())
+    assert record["energy_reason"] == "no energy windows asked in this configuration"
+
+
 class _DispatchBoundPeer(LoggedPeer):
     """A logged peer whose calls back to back take 8 times as long as in its graph (0.8 ms against 0.1):
     Python's dispatch, not its kernel, paces them."""

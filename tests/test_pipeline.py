@@ -64,7 +64,7 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
                                        "bench_kernel": n, "sweep_kernel": n, "profile_kernel": len(settings.kernels),
                                        "check_peer": peers, "bench_peer": peers, "sweep_peer": peers, "summarize": 1,
                                        "render_report": 1, "compare_gpus": 1, "report_pages": 1, "comparison_page": 1,
-                                       "report": 1, "head_to_head_point": len(settings.headline_shapes()) * 5,
+                                       "report": 1, "head_to_head_point": sum(len(settings.headline_shapes(c)) for c in configured),
                                        "cycles_kernel": n, "cycles_peer": peers}
     for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
         assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
@@ -388,6 +388,7 @@ def measured(tmp_path_factory, built):
         if name not in ran_in:
             text = re.sub(rf"^  {name}: \{{.*\}}\n", "", text, count=1, flags=re.M)
             text = re.sub(rf"^      {name}: \{{.*\}}\n", "", text, count=1, flags=re.M)  # its goal
+            text = re.sub(rf"^    {name}: \{{.*\}}\n", "", text, count=1, flags=re.M)  # its head-to-head's settings
     text = re.sub(r"^(    configurations: )\[(.*)\]", lambda m: m[1] + "[" + ", ".join(
         name for name in m[2].split(", ") if name in ran_in) + "]", text, flags=re.M)  # and from what runs in them
     (checkout / "config.yaml").write_text(text)

@@ -118,7 +118,10 @@ def view(summary: pd.DataFrame, meta: dict, tables: dict, configuration: dict | 
     runs = [k for k in meta["kernels"] if k.get("config") == name]
     of = {k["name"]: k.get("of", k["name"]) for k in runs}
     kernels = [{**k, "name": of[k["name"]]} for k in runs]
-    meta = {**meta, "kernels": kernels, "configuration": configuration,
+    h2h = meta.get("head_to_head")  # the configuration's own (config.Settings.head_to_head_in)
+    if h2h:
+        h2h = {**{k: v for k, v in h2h.items() if k != "configurations"}, **h2h.get("configurations", {}).get(name, {})}
+    meta = {**meta, "kernels": kernels, "configuration": configuration, "head_to_head": h2h,
             "headline": [h for h in meta.get("headline") or [] if h in set(of.values())],
             "case": {**meta["case"], "D": configuration.get("D", meta["case"]["D"])}}  # the case at its D
 
@@ -310,9 +313,10 @@ def _passed(entry: dict, what: str) -> None:
 
 
 def head_to_head_points(meta: dict) -> list[dict]:
-    """The head-to-head's points, in table order: the case, then the sweep's other lengths by S."""
-    case = meta["case"]
-    lengths = sorted(S for S in (meta.get("sweep") or {}).get("S", []) if S != case["S"])
+    """The head-to-head's points, in table order: the case, then the sweep's other lengths by S (in a
+    configuration's view, those its head_to_head settings name, where they do)."""
+    case, asked = meta["case"], (meta.get("head_to_head") or {}).get("S")
+    lengths = sorted(S for S in (meta.get("sweep") or {}).get("S", []) if S != case["S"] and (asked is None or S in asked))
     return [case, *({**case, "S": S} for S in lengths)]
 
 

@@ -365,7 +365,7 @@ def cmd_head_to_head(a) -> None:
     except ConfigError:
         raise FlashbenchError(f"--configuration {a.configuration!r}: not a configuration of the settings "
                               f"({', '.join(c.name for c in settings.configurations)})") from None
-    shape = settings.in_configuration(configuration).head_to_head_shape(a.S)
+    shape = settings.in_configuration(configuration).head_to_head_shape(a.S, configuration)
     contestants = settings.contestants(configuration)
     if not settings.headline_in(configuration):
         raise FlashbenchError(f"no headline version runs in the configuration {configuration.name!r}: "
@@ -400,7 +400,7 @@ def cmd_head_to_head(a) -> None:
             impls.append(impl)
         bus_id = cp.cuda.Device().pci_bus_id
         with ClockSampler(bus_id) as sampler:
-            record = measure(impls, shape, settings.head_to_head, secrets.randbits(32), sampler,
+            record = measure(impls, shape, settings.head_to_head_in(configuration), secrets.randbits(32), sampler,
                              EnergyCounter.open(bus_id), progress=_progress) if impls else None
         record = record or {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
         _write_record(a, {**record, "is_case": shape == settings.in_configuration(configuration).case,

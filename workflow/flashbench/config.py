@@ -243,7 +243,7 @@ class Settings:
             contestants = self.contestants(configuration or self.configurations[0])
             return {**peer, "case": case, "sweep": sweep, "contestants": contestants,
                     "peers": [self.peer(self.run(n).of).as_dict() for n in contestants if self.run(n).of not in self.headline],
-                    "head_to_head": self.head_to_head}
+                    "head_to_head": self.head_to_head_in(configuration or self.configurations[0])}
         if stage == "cycles":  # where (cycles.ragged among what decides it) and how many launches
             return {**peer, "shapes": [s.as_dict() for s in shaped.cycle_shapes(name)],
                     "launches": self.cycles["launches"]}
@@ -291,11 +291,20 @@ class Settings:
         """The case at each of the sweep's lengths (sweep_lengths)."""
         return [replace(self.case, S=S) for S in sweep_lengths(self.sweep)]
 
-    def headline_shapes(self) -> list[Shape]:
+    def headline_shapes(self, configuration: Configuration | None = None) -> list[Shape]:
         """Where the head-to-head runs and the headline's cycles are counted: the case, then every length
-        of sweep.S other than the case's."""
+        of sweep.S other than the case's; in `configuration`, those of its head_to_head.configurations.S
+        alone where it names them (validate holds them to sweep.S, the case's S among them)."""
         lengths = self.sweep["S"] if self.sweep else []
-        return list(dict.fromkeys([self.case, *(replace(self.case, S=S) for S in lengths)]))
+        asked = self.head_to_head_in(configuration).get("S") if configuration and self.head_to_head else None
+        shapes = [self.case, *(replace(self.case, S=S) for S in lengths)]
+        return list(dict.fromkeys(s for s in shapes if asked is None or s.S in asked))
+
+    def head_to_head_in(self, configuration: Configuration) -> dict:
+        """config's head_to_head as a point in `configuration` runs it: the settings with what
+        head_to_head.configurations asks there instead (its rivals, S, rounds, energy_rounds)."""
+        h2h = {k: v for k, v in (self.head_to_head or {}).items() if k != "configurations"}
+        return {**h2h, **(self.head_to_head or {}).get("configurations", {}).get(configuration.name, {})}
 
     def kernel(self, name: str) -> Kernel:
         for kernel in self.kernels:
@@ -373,7 +382,7 @@ class Settings:
         there (it has no head-to-head)."""
         if not self.head_to_head or not self.headline_in(configuration):
             return []
-        return [self.run_of(name, configuration).name for name in self.head_to_head["rivals"]
+        return [self.run_of(name, configuration).name for name in self.head_to_head_in(configuration)["rivals"]
                 if self.peer(name).runs_in(configuration)]
 
     def contestants(self, configuration: Configuration) -> list[str]:
@@ -387,7 +396,7 @@ class Settings:
         points = {}
         for configuration in self.configurations:
             if self.rivals_in(configuration):
-                for shape in self.headline_shapes():
+                for shape in self.headline_shapes(configuration):
                     points[self.run_of(f"S{shape.S}", configuration).name] = (shape, configuration)
         return points
 
@@ -395,9 +404,9 @@ class Settings:
         """The configuration of a head-to-head point's name (S1024.causal: causal)."""
         return self._named(name)[1]
 
-    def head_to_head_shape(self, S: int) -> Shape:
-        """The head-to-head's point at length S (one of headline_shapes)."""
-        for shape in self.headline_shapes():
+    def head_to_head_shape(self, S: int, configuration: Configuration | None = None) -> Shape:
+        """The head-to-head's point at length S (one of headline_shapes, in `configuration`)."""
+        for shape in self.headline_shapes(configuration):
             if shape.S == S:
                 return shape
         raise ConfigError(f"the head-to-head has no point at S={S} (the case and config key 'sweep.S')")
@@ -421,7 +430,7 @@ class Settings:
             return [self.case]
         asked = (self.cycles or {}).get("ragged") and run.of in (self.headline or [])
         ragged = (self.sweep or {}).get("ragged", []) if asked else []
-        return [*self.headline_shapes(), *(replace(self.case, S=S) for S in ragged)]
+        return [*self.headline_shapes(run.configuration), *(replace(self.case, S=S) for S in ragged)]
 
 
 def conform(value, pointer: str, what: str):
@@ -517,6 +526,20 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
         for i, name in enumerate(head_to_head["rivals"]):
             if name not in {p.name for p in peers}:
                 raise ConfigError(f"config key 'head_to_head.rivals[{i}]': {name!r} is not one of the peers")
+        for configuration, asked in head_to_head.get("configurations", {}).items():
+            key = f"head_to_head.configurations.{configuration}"
+            if configuration not in known_configurations:
+                raise ConfigError(f"config key '{key}': unknown configuration {configuration!r} "
+                                  f"(defined under configurations: {', '.join(known_configurations)})")
+            for i, name in enumerate(asked.get("rivals", [])):
+                if name not in {p.name for p in peers}:
+                    raise ConfigError(f"config key '{key}.rivals[{i}]': {name!r} is not one of the peers")
+            lengths = (config.get("sweep") or {}).get("S")  # without a sweep, the case is the only point
+            for i, S in enumerate(asked.get("S", []) if lengths else []):
+                if S not in lengths:
+                    raise ConfigError(f"config key '{key}.S[{i}]': {S} is not one of sweep.S {lengths}")
+            if "S" in asked and config["case"]["S"] not in asked["S"]:
+                raise ConfigError(f"config key '{key}.S': leaves out the case's S={config['case']['S']}")
 
     for name, asked in config["goal"]["next"].get("configurations", {}).items():
         if name not in known_configurations:

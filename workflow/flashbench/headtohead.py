@@ -323,7 +323,7 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
         for r in rounds[name]:
             r["clocks"] = {method: next(it) for method in r.pop("windows")}
     energies = {name: [] for name in names}
-    if energy is not None:
+    if energy is not None and settings["energy_rounds"]:  # 0: head_to_head.configurations asks none here
         progress(f"head-to-head {shape}: energy, {settings['energy_rounds']} round(s) of "
                  f"{settings['energy_window_s']} s windows")
         for r in range(settings["energy_rounds"]):
@@ -344,7 +344,8 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
                                "step_calls_per_timing": contestants[name].step_calls,
                                "lead_in_replays": contestants[name].lead_in_replays,
                                "rounds": rounds[name], "energy": energies[name]} for name in names},
-        "energy_reason": None if energy is not None else "NVML has no energy counter for this GPU",
+        "energy_reason": ("NVML has no energy counter for this GPU" if energy is None else
+                          None if settings["energy_rounds"] else "no energy windows asked in this configuration"),
         "excluded": excluded,
     }
 
