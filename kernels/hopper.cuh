@@ -281,12 +281,38 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs_bt(float (&d)[32], const uint
   if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N64K16_RS_BT("bf16.bf16");
   else FLASH_WGMMA_M64N64K16_RS_BT("f16.f16");
 }
-// Either, by the accumulators given: N = 2 x their count (PV at head dim 128 or 64).
+// D[64x256] (+)= A[64x16] B[16x256]: PV at head dim 256, in one wgmma (128 accumulators).
+#define FLASH_WGMMA_D128                                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                 \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                        \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                        \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                        \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                        \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                        \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "            \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define FLASH_D128                                                                                          \
+  FLASH_D64, FLASH_D8(64), FLASH_D8(72), FLASH_D8(80), FLASH_D8(88), FLASH_D8(96), FLASH_D8(104), FLASH_D8(112), \
+      FLASH_D8(120)
+#define FLASH_WGMMA_M64N256K16_RS_BT(TYPES)                                                                 \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"                                              \
+               " wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " " FLASH_WGMMA_D128                   \
+               ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                                         \
+               : FLASH_D128                                                                                 \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+template <typename T = half>
+__device__ __forceinline__ void wgmma_m64n256k16_rs_bt(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b,
+                                                       int accumulate) {
+  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N256K16_RS_BT("bf16.bf16");
+  else FLASH_WGMMA_M64N256K16_RS_BT("f16.f16");
+}
+// Any of the three, by the accumulators given: N = 2 x their count (PV at head dim 256, 128 or 64).
 template <typename T, int kAcc>
 __device__ __forceinline__ void wgmma_m64k16_rs_bt(float (&d)[kAcc], const uint32_t (&a)[4], uint64_t desc_b,
                                                    int accumulate) {
-  static_assert(kAcc == 64 || kAcc == 32, "PV at N = 128 or 64");
-  if constexpr (kAcc == 64) wgmma_m64n128k16_rs_bt<T>(d, a, desc_b, accumulate);
+  static_assert(kAcc == 128 || kAcc == 64 || kAcc == 32, "PV at N = 256, 128 or 64");
+  if constexpr (kAcc == 128) wgmma_m64n256k16_rs_bt<T>(d, a, desc_b, accumulate);
+  else if constexpr (kAcc == 64) wgmma_m64n128k16_rs_bt<T>(d, a, desc_b, accumulate);
   else wgmma_m64n64k16_rs_bt<T>(d, a, desc_b, accumulate);
 }
 #undef FLASH_WGMMA_M64N128K16_SS
@@ -294,6 +320,9 @@ __device__ __forceinline__ void wgmma_m64k16_rs_bt(float (&d)[kAcc], const uint3
 #undef FLASH_WGMMA_M64N64K16_SS
 #undef FLASH_WGMMA_M64N128K16_RS_BT
 #undef FLASH_WGMMA_M64N64K16_RS_BT
+#undef FLASH_WGMMA_M64N256K16_RS_BT
+#undef FLASH_D128
+#undef FLASH_WGMMA_D128
 #undef FLASH_D64
 #undef FLASH_D8
 #undef FLASH_WGMMA_D64

@@ -4,9 +4,9 @@
 // (0: fp16 Q, K, V and O, 1: bf16; the wgmma's input type, P's and O's rounding), FLASH_GROUPED_KV (1:
 // K and V have H / kv_group heads, kv_group the query heads that read one K/V head, given at launch: 2
 // to H, MQA at H; 0: one K/V head per query head, kv_group 1) and FLASH_HEAD_DIM, D (128; 64: one
-// 64-column box a row, PV on wgmma m64n64k16, 32 accumulators of O a thread; 256: four boxes, PV as two
-// m64n128k16 a k-step, 128 accumulators of O a thread, key tiles of 64 and one O tile for both consumers;
-// the schedule the same).
+// 64-column box a row, PV on wgmma m64n64k16, 32 accumulators of O a thread; 256: four boxes, PV on
+// m64n256k16, 128 accumulators of O a thread, key tiles of 64 and one O tile for both consumers; the
+// schedule the same).
 // Choice: at D = 256 key tiles of 64 keys (Bc = 64), not 128: O's 128 accumulators, S's 64 and P's 32
 //   would pass the consumers' 240 registers (FlashAttention-3 takes 80 keys there); and one O tile of 64
 //   rows that the consumers take in turns, not one of 128 rows: Q (64 KB), two K/V stages (128 KB) and a
@@ -121,7 +121,7 @@ constexpr int kConsumerRegs = 240;                           // setmaxnreg.inc o
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "the register file");
 constexpr int kBr = 128;                                     // query rows per work tile
 constexpr int kWgRows = kBr / kConsumerWarpgroups;           // 64 rows per consumer warpgroup: one wgmma M
-constexpr int kD = FLASH_HEAD_DIM;                           // 128, 64 or 256: PV's wgmma N (two of 128 at 256)
+constexpr int kD = FLASH_HEAD_DIM;                           // 128, 64 or 256: PV's wgmma N
 constexpr int kBc = kD == 256 ? 64 : 128;                    // keys per K/V tile: one wgmma N (QK)
 constexpr float kRescaleLog2 = 8.f;                          // V22: m moves when (max - m) * scale_log2 > 8
 constexpr float kRescaleP = 256.f;                           // V23: the same, seen on P: P > 2^8
@@ -132,7 +132,7 @@ constexpr int kORows = kSharedOTile ? kWgRows : kBr;         // the O tile's row
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
 constexpr int kRaggedFirstKeys = 32;                         // the entry ..._ragged_first takes 0 < S mod Bc <= this
 static_assert(kWgRows == 64 && (kD == 128 || kD == 64 || kD == 256),
-              "the wgmma shapes below: QK m64n128k16 (m64n64k16 at D = 256), PV m64n128k16 or m64n64k16");
+              "the wgmma shapes below: QK m64n128k16 (m64n64k16 at D = 256), PV m64nDk16");
 static_assert(!kCausal || kBr == kBc, "under the mask a row tile's diagonal is one key tile");
 
 struct SharedStorage {
@@ -311,18 +311,16 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         wgmma_m64k16_ss<Element>(*reinterpret_cast<float(*)[kKeys / 2]>(s_acc), a, b, ks > 0);
       }
     };
-    // O += P V: 64 rows x D head columns, Bc / 16 wgmma k16 steps over the keys, each one wgmma of N = D
-    // (at D = 256 two of N = 128, on O's two halves). V is [keys][head dims]: B = V with N (head dims)
-    // contiguous, MN-major; its 64-column boxes are LBO = Bc keys x 128 B apart, 8-key groups SBO = 1024 B.
-    constexpr int kPvCols = kD < 128 ? kD : 128;  // one PV wgmma's N
+    // O += P V: 64 rows x D head columns, Bc / 16 wgmma k16 steps over the keys, each one wgmma of N = D.
+    // V is [keys][head dims]: B = V with N (head dims) contiguous, MN-major; its 64-column boxes are
+    // LBO = Bc keys x 128 B apart, 8-key groups SBO = 1024 B apart.
+    // Choice: at D = 256 one wgmma of N = 256 a k-step, not two of N = 128 on O's halves: 0.6%, 0.7% and
+    //   0.1% fewer cycles at S = 1024, 4096 and 16384 (NOTES).
     const auto issue_pv = [&](int stage) {
       const uint64_t v_desc0 = make_desc_sw128(smem_addr(smem.v[stage][0]), kBc * kBoxRowBytes, kAtomBytes);
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk)
-#pragma unroll
-        for (int n = 0; n < kD / kPvCols; ++n)
-          wgmma_m64k16_rs_bt<Element>(*reinterpret_cast<float(*)[kPvCols / 2]>(o_acc + n * kPvCols / 2), p_frag[kk],
-                                      desc_advance(v_desc0, (kk * 16 + n * (kPvCols / kBoxCols) * kBc) * kBoxRowBytes), 1);
+        wgmma_m64k16_rs_bt<Element>(o_acc, p_frag[kk], desc_advance(v_desc0, kk * 16 * kBoxRowBytes), 1);
     };
     using AllKeys = std::integral_constant<int, kBc>;  // QK's width (wgmma N) on a whole key tile
     using RaggedKeys = std::integral_constant<int, kRaggedFirstKeys>;  // on a ragged key tile 0

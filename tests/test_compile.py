@@ -544,22 +544,21 @@ def test_v25_in_bf16_and_on_grouped_kv_heads_keeps_the_fp16_builds_turns(records
 
 def test_v25_at_head_dims_64_and_256_takes_its_tiles_from_d(records, built):
     """FLASH_HEAD_DIM=64: one box of 64 head columns a row, QK on wgmma N=128 over 4 k-steps, PV on N=64;
-    =256: four boxes, key tiles of 64 (QK on N=64 over 16 k-steps, PV as two of N=128 a k-step) and one O
+    =256: four boxes, key tiles of 64 (QK on N=64 over 16 k-steps, PV on N=256) and one O
     tile of 64 rows that the consumers take in turns. Each builds clean, within a block's shared memory,
     with V25's three copies of QK and of PV (batch 0 or the loop's, the peeled last, the final PV), the
     ragged-first entry's QK(0) 32 keys wide, and a TMA per box of each load and of the O store."""
     v25 = records[("v25", "sm_90a")]
-    for D, block_cols, qk, pv in ((64, 128, "64x128x16", "64x64x16"), (256, 64, "64x64x16", "64x128x16")):
+    for D, block_cols, qk, pv in ((64, 128, "64x128x16", "64x64x16"), (256, 64, "64x64x16", "64x256x16")):
         r = records[(f"v25.d{D}", "sm_90a")]
         assert r["defines"] == {"FLASH_HEAD_DIM": D} and r["registers"] == v25["registers"] and r["spill_bytes"] == 0
         assert r["launch"]["head_dim"] == D and r["launch"]["block_cols"] == block_cols
         assert r["launch"]["block_rows"] == 128 and r["launch"]["dynamic_smem_bytes"] <= 232448
         assert r["stack_frame_bytes"] == block_cols // 2 * 4  # the rare path's S, a thread's part of a key tile
-        pv_per_k_step = D // min(D, 128)
         for name, sass_text in _functions(_sass(r, built)).items():
             shapes = Counter(m.group(1) for m in re.finditer(r"HGMMA\.(64x\d+x16)", sass_text))
             narrow = D // 16 if name.endswith("ragged_first") else 0  # QK(0) of 32 keys
-            assert shapes == Counter({qk: 3 * D // 16 - narrow, pv: 3 * block_cols // 16 * pv_per_k_step, "64x32x16": narrow})
+            assert shapes == Counter({qk: 3 * D // 16 - narrow, pv: 3 * block_cols // 16, "64x32x16": narrow})
             assert sass_text.count("UTMASTG") == D // 64 and sass_text.count("UTMALDG") == 5 * D // 64
 
 
