@@ -4,9 +4,16 @@
 // (0: fp16 Q, K, V and O, 1: bf16; the wgmma's input type, P's and O's rounding), FLASH_GROUPED_KV (1:
 // K and V have H / kv_group heads, kv_group the query heads that read one K/V head, given at launch: 2
 // to H, MQA at H; 0: one K/V head per query head, kv_group 1) and FLASH_HEAD_DIM, D (128; 64: one
-// 64-column box a row, PV on wgmma m64n64k16, 32 accumulators of O a thread; 256: four boxes, PV on
-// m64n256k16, 128 accumulators of O a thread, key tiles of 64 and one O tile for both consumers; the
-// schedule the same).
+// 64-column box a row, PV on wgmma m64n64k16, 32 accumulators of O a thread, and three consumer
+// warpgroups, row tiles of 192; 256: four boxes, PV on m64n256k16, 128 accumulators of O a thread, key
+// tiles of 64 and one O tile for both consumers; the schedule otherwise the same).
+// Choice: at D = 64 three consumer warpgroups (FlashAttention-3's 192 rows there), not two: a key tile's
+//   two products take half D = 128's tensor time and its exponentials the same, so with two consumers
+//   each batch pair took 1912 cycles at S = 16384 where either pipe needs 1024 (MUFU 55% busy). With
+//   three, while one issues its products the two others run their softmax: 12436k cycles at S = 16384
+//   against 15240k (-18%), 863.5k against 1005.5k at 4096, 71.1k against 76.7k at 1024 (NOTES). The
+//   cost: 160 registers a consumer (512 threads), and ptxas keeps two values of the rare path's mask
+//   after a recompute in local memory (8 bytes an entry); without the mask only (Br = Bc under it).
 // Choice: at D = 256 key tiles of 64 keys (Bc = 64), not 128: O's 128 accumulators, S's 64 and P's 32
 //   would pass the consumers' 240 registers (FlashAttention-3 takes 80 keys there); and one O tile of 64
 //   rows that the consumers take in turns, not one of 128 rows: Q (64 KB), two K/V stages (128 KB) and a
@@ -62,16 +69,18 @@
 //   4096 and 1.3% fewer at 16384; under it 4-8% fewer. A peel that kept the rare path's 64 unrolled
 //   dot products in both copies (7096 instructions) took 6.6% more at S = 1024.
 //
-//   384 threads = 3 warpgroups, __launch_bounds__(384, 1), setmaxnreg 24 / 240, once per block;
+//   384 threads = 3 warpgroups, __launch_bounds__(384, 1), setmaxnreg 24 / 240, once per block (at D = 64
+//   512 threads = 4 warpgroups, setmaxnreg 24 / 160);
 //   the persistent grid: one block per SM, walking the work tiles (row tile, head) its list names
 //
 //   warpgroup 0, one thread: the producer. For each of its work tiles, n = the key tiles it reads
 //   (K and V of its head's K/V head, head / kv_group):
-//     K(0) | Q_A, Q_B | K(1) V(0) | K(2) V(1) | .. | K(n-1) V(n-2) | (next work tile) .. | V(last)
+//     K(0) | Q_A, Q_B (, Q_C) | K(1) V(0) | K(2) V(1) | .. | K(n-1) V(n-2) | (next work tile) .. | V(last)
 //     each K/V load waits for its ring stage's empty barrier (2 stages each of K and V), each Q
 //     half for its warpgroup's q_empty (the previous work tile's last QK has read it)
 //   warpgroups 1, 2: consumers A and B, 64 query rows each, taking turns on the tensor cores
-//     (named barriers turn[A], turn[B]; B half a batch behind A):
+//     (named barriers turn[A], turn[B]; B half a batch behind A; at D = 64 warpgroups 1-3, consumers A,
+//     B and C in a ring of turns, each a third of a batch behind the one before):
 //       wait Q | batch 0: QK(0) (32 keys wide in the ragged-first entry) | softmax(0)
 //       batch j = 1 .. n-1: wait K(j), V(j-1) | pack P(j-1), rescale O | turn: QK(j), PV(j-1) |
 //                           softmax(j) overlapping PV(j-1); release K(j), V(j-2)
@@ -80,8 +89,9 @@
 //                 (causal row tile 0 of the ragged-first entry: its rows from 0 copied by 128 threads)
 //     softmax(j) masks first on a tile the diagonal or S crosses; it takes exp against the running
 //     m (V23), moves m only past 2^8 (V22), and multiplies S again on the FMA pipe where P overflows.
-//   Br = 128, Bc = 128 (64 at D = 256). Shared memory at D = 128: Q 32 KB, 2 K/V stages (128 KB), O 32 KB,
-//   the barriers (at D = 64 half as much; at D = 256 Q 64 KB, 2 K/V stages of 64 keys 128 KB, O 32 KB).
+//   Br = 128 (192 at D = 64), Bc = 128 (64 at D = 256). Shared memory at D = 128: Q 32 KB, 2 K/V stages
+//   (128 KB), O 32 KB, the barriers (at D = 64 Q 24 KB, 2 K/V stages 64 KB, O 24 KB; at D = 256 Q 64 KB,
+//   2 K/V stages of 64 keys 128 KB, O 32 KB).
 //
 #include <climits>      // INT_MAX: a mask with no end
 #include <type_traits>  // std::integral_constant: a batch's compile-time mask flag
@@ -109,19 +119,20 @@ namespace {
 constexpr bool kCausal = FLASH_CAUSAL;
 using Element = std::conditional_t<FLASH_BF16, __nv_bfloat16, half>;  // of Q, K, V, O and P
 constexpr bool kGroupedKv = FLASH_GROUPED_KV;
-constexpr int kThreads = 384;
+constexpr int kD = FLASH_HEAD_DIM;                           // 128, 64 or 256: PV's wgmma N
 constexpr int kCtasPerSm = 1;                                // the persistent grid: one block per SM
-constexpr int kConsumerWarpgroups = 2;
-constexpr int kConsumerThreads = kConsumerWarpgroups * 128;  // the arrival count of a turn barrier
+constexpr int kConsumerWarpgroups = kD == 64 ? 3 : 2;        // taking turns on the tensor cores
+constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);    // 384 (512 at D = 64)
+constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
 constexpr int kConsumerWarps = kConsumerWarpgroups * 4;      // the arrival count of an empty barrier
 constexpr int kTurnBar = 1;                                  // turn[c] is named barrier 1 + c
-constexpr int kOBar = 3;                                     // o_bar[c] is named barrier 3 + c (128 threads)
+constexpr int kTurnThreads = 256;                            // its arrivals: c's sync and the one before c's arrive
+constexpr int kOBar = kTurnBar + kConsumerWarpgroups;        // o_bar[c] is named barrier kOBar + c (128 threads)
 constexpr int kProducerRegs = 24;                            // setmaxnreg.dec of warpgroup 0
-constexpr int kConsumerRegs = 240;                           // setmaxnreg.inc of warpgroups 1, 2
+constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 240;  // setmaxnreg.inc of the consumers
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "the register file");
-constexpr int kBr = 128;                                     // query rows per work tile
-constexpr int kWgRows = kBr / kConsumerWarpgroups;           // 64 rows per consumer warpgroup: one wgmma M
-constexpr int kD = FLASH_HEAD_DIM;                           // 128, 64 or 256: PV's wgmma N
+constexpr int kWgRows = 64;                                  // rows per consumer warpgroup: one wgmma M
+constexpr int kBr = kWgRows * kConsumerWarpgroups;           // query rows per work tile (128; 192 at D = 64)
 constexpr int kBc = kD == 256 ? 64 : 128;                    // keys per K/V tile: one wgmma N (QK)
 constexpr float kRescaleLog2 = 8.f;                          // V22: m moves when (max - m) * scale_log2 > 8
 constexpr float kRescaleP = 256.f;                           // V23: the same, seen on P: P > 2^8
@@ -131,9 +142,10 @@ constexpr bool kSharedOTile = kD == 256;                     // one O tile of 64
 constexpr int kORows = kSharedOTile ? kWgRows : kBr;         // the O tile's rows
 constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a section of heads (0: one head)
 constexpr int kRaggedFirstKeys = 32;                         // the entry ..._ragged_first takes 0 < S mod Bc <= this
-static_assert(kWgRows == 64 && (kD == 128 || kD == 64 || kD == 256),
+static_assert(kD == 128 || kD == 64 || kD == 256,
               "the wgmma shapes below: QK m64n128k16 (m64n64k16 at D = 256), PV m64nDk16");
 static_assert(!kCausal || kBr == kBc, "under the mask a row tile's diagonal is one key tile");
+static_assert(!kSharedOTile || kConsumerWarpgroups == 2, "a shared O tile goes from one consumer to the other");
 
 struct SharedStorage {
   Element q[kBoxes][kBr * kBoxCols];
@@ -281,7 +293,8 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // Consumer warpgroup 0 (A) or 1 (B): rows 64 cwg.. Read through a shuffle from lane 0, so that
     // the compiler keeps it, and the Q descriptor made from it, in uniform registers (V20).
     const int cwg = __shfl_sync(0xffffffff, wg - 1, 0);
-    const int my_turn = kTurnBar + cwg, their_turn = kTurnBar + (1 - cwg);
+    const int my_turn = kTurnBar + cwg,
+              their_turn = kTurnBar + (kConsumerWarpgroups == 2 ? 1 - cwg : (cwg + 1) % kConsumerWarpgroups);
     // The thread that issues (and waits for) this warpgroup's O stores; asked where it is needed, as a
     // flag held over the work tile loop would be the one value the 168 registers of the build spill.
     const auto store_thread = [] { return threadIdx.x % 128 == 0; };
@@ -497,11 +510,11 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
 #pragma unroll
       for (int i = kFirstLive; i < kBc / 2; ++i) s_acc[i] = 0.f;  // P of the keys QK(0) leaves out
       mbar_wait(&smem.k_full[ring.stage], ring.phase);
-      if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kConsumerThreads);  // A goes first, once
+      if (cwg != 0 || !first_work_tile) named_bar_sync(my_turn, kTurnThreads);  // A goes first, once
       batch_begin(FirstKeys{});
       issue_qk(ring.stage, FirstKeys{});
       wgmma_commit();
-      named_bar_arrive(their_turn, kConsumerThreads);
+      named_bar_arrive(their_turn, kTurnThreads);
       wgmma_wait<0>();
       fence_regs(*reinterpret_cast<float(*)[kFirstLive]>(s_acc));
       if (kRaggedFirst && !(kCausal && tiles == 1)) {  // key tile 0's keys r .. 31 are key tile 1's
@@ -533,13 +546,13 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         if (tile > 1 && lane == 0) mbar_arrive(&smem.v_empty[pv.previous_stage()]);
         pack_p();     // P(j - 1)
         if (rescale_o_needed) rescale_o();  // by softmax(j - 1)'s factors, before the turn, if m moved
-        named_bar_sync(my_turn, kConsumerThreads);
+        named_bar_sync(my_turn, kTurnThreads);
         batch_begin(AllKeys{});  // one fence for both products: P and O were written by ordinary instructions
         issue_qk(ring.stage, AllKeys{});
         wgmma_commit();
         issue_pv(pv.stage);
         wgmma_commit();
-        named_bar_arrive(their_turn, kConsumerThreads);
+        named_bar_arrive(their_turn, kTurnThreads);
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
         if constexpr (kMasked) {
@@ -573,11 +586,12 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       // O tile's store thread waited for its store's read already, to tell the other consumer.)
       if (!kSharedOTile && store_thread()) bulk_wait_group_read<0>();
       if (rescale_o_needed) rescale_o();
-      named_bar_sync(my_turn, kConsumerThreads);
+      named_bar_sync(my_turn, kTurnThreads);
       batch_begin(AllKeys{});
       issue_pv(pv.stage);
       wgmma_commit();
-      if (cwg != 1 || !last_work_tile) named_bar_arrive(their_turn, kConsumerThreads);  // B's very last: no one
+      // the last consumer's very last: no one
+      if (cwg != kConsumerWarpgroups - 1 || !last_work_tile) named_bar_arrive(their_turn, kTurnThreads);
       wgmma_wait<0>();
       fence_regs(o_acc);
       if (lane == 0) mbar_arrive(&smem.v_empty[pv.stage]);
