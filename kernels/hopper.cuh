@@ -46,12 +46,13 @@ __device__ __forceinline__ float2 unpack_pair(const T* pair) {
 
 // ---- shared-memory layout of a TMA tile, 128-byte swizzle ------------------------------------
 // A 128-byte-swizzled TMA box is at most 128 bytes (64 fp16) wide, so a [rows][128] fp16 tile is
-// loaded as two boxes, its head columns 0-63 and 64-127, one after the other in shared memory:
+// loaded as two boxes, its head columns 0-63 and 64-127, one after the other in shared memory (a
+// [rows][D] tile as D / 64 of them, from V25 on):
 //
 //   half 0: [rows][64 fp16] = rows x 128 B     half 1: the same for columns 64-127
 //   row r, 16-byte chunk c (8 fp16) lives at  r * 128 + ((c ^ (r % 8)) * 16)   (the TMA swizzle)
 //
-// Eight rows make one 1024-byte swizzle atom; every half must start on a 1024-byte boundary (the
+// Eight rows make one 1024-byte swizzle atom; every box must start on a 1024-byte boundary (the
 // swizzle is a function of the address bits, and the descriptors below assume base offset 0).
 constexpr int kBoxCols = 64;                        // fp16 columns per TMA box (128 bytes)
 constexpr int kBoxRowBytes = kBoxCols * 2;          // 128
@@ -152,7 +153,7 @@ __device__ __forceinline__ void bulk_wait_group() {
 //   32*k bytes further (the swizzle is applied to the address bits by the hardware).
 // MN-major (the output dimension contiguous: V as B of P V, head dim contiguous), 128B swizzle:
 //   each row (one key) holds 64 head columns; LBO = distance between the 64-column blocks along N
-//   (our two box halves), SBO = distance between 8-row (8-key) groups along K = 1024 bytes. The
+//   (our boxes), SBO = distance between 8-row (8-key) groups along K = 1024 bytes. The
 //   k16 slice k (keys 16k..) starts 16 rows = 2048*k bytes further.
 __device__ __forceinline__ uint64_t make_desc_sw128(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
   return uint64_t((smem_byte_addr & 0x3FFFF) >> 4) | (uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16) |
@@ -345,8 +346,8 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
 }
 
 // ---- an element of a swizzled tile, read by ordinary loads (V23's rare path) -----------------------
-// Where element (r, c) of a [kRows][128] fp16 tile laid out as at the top of this file lies: box half
-// c / 64, row r, its 16-byte chunk swizzled with the row.
+// Where element (r, c) of a [kRows][D] tile of 2-byte elements laid out as at the top of this file lies:
+// box c / 64, row r, its 16-byte chunk swizzled with the row.
 template <int kRows, typename T>
 __device__ __forceinline__ const T* tile_element(const T* tile, int r, int c) {
   static_assert(sizeof(T) == 2, "a tile of 2-byte elements");
@@ -471,7 +472,7 @@ struct WorkList {
 // columns 2 quad, 2 quad + 1 of the block: stmatrix's own fragment). Lane l gives the address of row
 // l % 8 of matrix l / 8: tile row st_row, 16-byte chunk 2j + l / 16 of its 256 bytes, in half chunk / 8
 // at swizzled chunk (chunk % 8) ^ (st_row % 8). `inv`: 1 / the row sums of rows g and g + 8. T: O's
-// element type; kAcc: the accumulators of a row pair, D / 2 (64 at D = 128, 32 at D = 64).
+// element type; kAcc: the accumulators of a row pair, D / 2 (64 at D = 128, 32 at D = 64, 128 at D = 256).
 template <int kTileRows, typename T, int kAcc>
 __device__ __forceinline__ void write_o_rows(T* o_tile, int first_row, const float (&o_acc)[kAcc],
                                              const float (&inv)[2]) {

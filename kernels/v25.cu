@@ -13,7 +13,8 @@
 //   three, while one issues its products the two others run their softmax: 12436k cycles at S = 16384
 //   against 15240k (-18%), 863.5k against 1005.5k at 4096, 71.1k against 76.7k at 1024 (NOTES). The
 //   cost: 160 registers a consumer (512 threads), and ptxas keeps two values of the rare path's mask
-//   after a recompute in local memory (8 bytes an entry); without the mask only (Br = Bc under it).
+//   after a recompute in local memory (8 bytes, in the first entry only); without the mask only (Br =
+//   Bc under it).
 // Choice: at D = 256 key tiles of 64 keys (Bc = 64), not 128: O's 128 accumulators, S's 64 and P's 32
 //   would pass the consumers' 240 registers (FlashAttention-3 takes 80 keys there); and one O tile of 64
 //   rows that the consumers take in turns, not one of 128 rows: Q (64 KB), two K/V stages (128 KB) and a
@@ -76,8 +77,8 @@
 //   warpgroup 0, one thread: the producer. For each of its work tiles, n = the key tiles it reads
 //   (K and V of its head's K/V head, head / kv_group):
 //     K(0) | Q_A, Q_B (, Q_C) | K(1) V(0) | K(2) V(1) | .. | K(n-1) V(n-2) | (next work tile) .. | V(last)
-//     each K/V load waits for its ring stage's empty barrier (2 stages each of K and V), each Q
-//     half for its warpgroup's q_empty (the previous work tile's last QK has read it)
+//     each K/V load waits for its ring stage's empty barrier (2 stages each of K and V), each
+//     warpgroup's rows of Q for its q_empty (the previous work tile's last QK has read them)
 //   warpgroups 1, 2: consumers A and B, 64 query rows each, taking turns on the tensor cores
 //     (named barriers turn[A], turn[B]; B half a batch behind A; at D = 64 warpgroups 1-3, consumers A,
 //     B and C in a ring of turns, each a third of a batch behind the one before):
@@ -145,7 +146,8 @@ constexpr int kRaggedFirstKeys = 32;                         // the entry ..._ra
 static_assert(kD == 128 || kD == 64 || kD == 256,
               "the wgmma shapes below: QK m64n128k16 (m64n64k16 at D = 256), PV m64nDk16");
 static_assert(!kCausal || kBr == kBc, "under the mask a row tile's diagonal is one key tile");
-static_assert(!kSharedOTile || kConsumerWarpgroups == 2, "a shared O tile goes from one consumer to the other");
+static_assert(!kSharedOTile || (kConsumerWarpgroups == 2 && !kCausal),
+              "a shared O tile goes from one consumer to the other, one store each a work tile");
 
 struct SharedStorage {
   Element q[kBoxes][kBr * kBoxCols];
@@ -164,8 +166,8 @@ static_assert(offsetof(SharedStorage, q) % kAtomBytes == 0 && offsetof(SharedSto
                   offsetof(SharedStorage, v) % kAtomBytes == 0 && offsetof(SharedStorage, o) % kAtomBytes == 0 &&
                   (kBc * kBoxRowBytes) % kAtomBytes == 0 && (kWgRows * kBoxRowBytes) % kAtomBytes == 0,
               "every TMA box and wgmma operand starts on a 1024-byte swizzle atom");
-constexpr int kQRowsBytes = kWgRows * kD * sizeof(Element);  // 16 KB: the expect-tx count of q_full[c]
-constexpr int kTileBytes = kBc * kD * sizeof(Element);       // 32 KB: of k_full / v_full
+constexpr int kQRowsBytes = kWgRows * kD * sizeof(Element);  // 16 KB at D = 128: the expect-tx count of q_full[c]
+constexpr int kTileBytes = kBc * kD * sizeof(Element);       // 32 KB at D = 128: of k_full / v_full
 constexpr int kSmemBytes = sizeof(SharedStorage) + kAtomBytes;  // + slack to align the base
 static_assert(kSmemBytes <= 232448, "above the 227 KB of shared memory a block may opt in to on sm_90");
 
@@ -189,7 +191,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
   const WorkList::Head list_head = WorkList::head_of_this_block(work_list);  // in flight under the set-up
   require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kGroupedKv ? kv_group : 1, kBr);
 
-  // Where the key tiles start. Row tile r is rows 128r .. (rows past S fill with zeros, their O stores
+  // Where the key tiles start. Row tile r is rows Br r .. (rows past S fill with zeros, their O stores
   // clip). Without kRaggedFirst, key tile c is keys Bc c .. (the tile S ends in masked past S). With it
   // (r = S mod Bc, 1 to 32), key tile 0 is keys 0 .. r - 1, loaded from key 0 (keys r .. 31 of its
   // narrow QK are masked: key tile 1's), and key tile c >= 1 keys Bc c - (Bc - r) ..: the ragged part
@@ -273,7 +275,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         }
         q_phase ^= 1;
       };
-      // K(j), then V(j - 1), then, at a work tile's first key tile, its Q (A's rows, then B's).
+      // K(j), then V(j - 1), then, at a work tile's first key tile, its Q (A's rows, then B's, C's).
       WorkTile previous{};
       int previous_tile = -1;  // the key tile whose V is still to load
       for (int round = 0; round < work.count; ++round) {
@@ -290,17 +292,18 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
   } else {
     // ==== consumer warpgroups =====================================================================
     setmaxnreg_inc<kConsumerRegs>();
-    // Consumer warpgroup 0 (A) or 1 (B): rows 64 cwg.. Read through a shuffle from lane 0, so that
+    // Consumer warpgroup 0 (A), 1 (B) or 2 (C): rows 64 cwg.. Read through a shuffle from lane 0, so that
     // the compiler keeps it, and the Q descriptor made from it, in uniform registers (V20).
     const int cwg = __shfl_sync(0xffffffff, wg - 1, 0);
+    // The next in the ring of turns (1 - cwg of two: the form the builds of two consumers had, and keep)
     const int my_turn = kTurnBar + cwg,
               their_turn = kTurnBar + (kConsumerWarpgroups == 2 ? 1 - cwg : (cwg + 1) % kConsumerWarpgroups);
     // The thread that issues (and waits for) this warpgroup's O stores; asked where it is needed, as a
-    // flag held over the work tile loop would be the one value the 168 registers of the build spill.
+    // flag held over the work tile loop would be the one value the registers of the D = 128 build spill.
     const auto store_thread = [] { return threadIdx.x % 128 == 0; };
     const int g = lane / 4, quad = lane % 4;
 
-    // wgmma descriptors of k-step 0. QK's k-step ks reads head columns 16ks..: box half ks / 4, 32
+    // wgmma descriptors of k-step 0. QK's k-step ks reads head columns 16ks..: box ks / 4, 32
     // bytes per k-step inside it. PV's k-step kk reads keys 16kk..: 16 rows of 128 bytes further.
     const uint64_t q_desc0 = make_desc_sw128(smem_addr(smem.q[0]) + cwg * kWgRows * kBoxRowBytes, 16, kAtomBytes);
     const auto qk_step = [](int ks, int rows) { return (ks / 4) * rows * kBoxRowBytes + (ks % 4) * 32; };

@@ -555,7 +555,7 @@ def test_v25_at_head_dims_64_and_256_takes_its_tiles_from_d(records, built):
         consumers = 3 if D == 64 else 2  # at D=64 three consumer warpgroups of 64 rows, 160 registers each
         assert r["defines"] == {"FLASH_HEAD_DIM": D} and r["launch"]["threads"] == 128 * (1 + consumers)
         assert r["registers"] == (128 if D == 64 else v25["registers"])  # 65536 / threads, as launched
-        assert r["spill_bytes"] == (16 if D == 64 else 0)  # two values of the rare path's mask, 8 bytes an entry
+        assert r["spill_bytes"] == (16 if D == 64 else 0)  # the rare path's mask: 8 bytes stored, 8 loaded
         assert r["launch"]["head_dim"] == D and r["launch"]["block_cols"] == block_cols
         assert r["launch"]["block_rows"] == 64 * consumers and r["launch"]["dynamic_smem_bytes"] <= 232448
         # the rare path's S, a thread's part of a key tile (and at D=64 its spill)

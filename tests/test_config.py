@@ -263,6 +263,9 @@ def test_without_configurations_every_kernel_runs_in_the_dense_one():
      "config key 'head_to_head.configurations.d64.S[1]': 3000 is not one of sweep.S"),
     (lambda c: c["head_to_head"]["configurations"]["d64"].update(S=[2048, 4096]),
      "config key 'head_to_head.configurations.d64.S': leaves out the case's S=1024"),
+    (lambda c: c["head_to_head"]["configurations"]["d64"].update(rivals=["sdpa_cudnn", "sdpa_auto"]),
+     "config key 'head_to_head.configurations.d64.rivals[1]': 'sdpa_auto' does not run in 'd64' (its "
+     "configurations: dense, causal)"),
     (lambda c: c["head_to_head"]["configurations"]["d64"].update(energy_rounds=-1),
      "head_to_head.configurations.d64.energy_rounds"),
     (lambda c: c["configurations"]["causal"].update(mask="sliding"), "configurations.causal.mask"),
@@ -304,8 +307,10 @@ def test_a_configuration_runs_the_head_to_head_as_it_asks_there(settings):
     assert asked.rivals_in(d64) == ["flash_attn_cute.d64"]
     assert [s.S for s in asked.cycle_shapes("v25.d64")] == [1024, 16384, 4000]
     assert {name for name, (_, c) in asked.head_to_head_points().items() if c == d64} == {"S1024.d64", "S16384.d64"}
-    with pytest.raises(ConfigError, match="no point at S=2048"):
+    with pytest.raises(ConfigError, match=r"no point at S=2048 \(the case and config key 'head_to_head.configurations.d64.S'"):
         asked.head_to_head_shape(2048, d64)
+    with pytest.raises(ConfigError, match=r"no point at S=3000 \(the case and config key 'sweep.S'"):
+        asked.head_to_head_shape(3000, dense)
 
 
 def test_the_headline_is_counted_at_the_ragged_lengths_where_cycles_ragged_asks(settings):

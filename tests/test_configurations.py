@@ -127,6 +127,31 @@ def test_each_configurations_view_is_a_run_of_that_configuration_alone(archive):
     assert "v15.causal" not in set(dense_summary.kernel) and dense_meta["headline"] == ["v15", "v14"]
 
 
+def test_a_configuration_asking_its_own_head_to_head_points_is_viewed_at_those_alone(archive):
+    """head_to_head.configurations in kernels.json: a configuration's view has its own points (their S) and
+    settings, the first's view head_to_head's own; a row at a point the configuration does not name is
+    a problem of its table, naming it."""
+    summary, _, _, meta = archive_tables.read_tables(archive)
+    paired = archive_tables.read_paired(archive, meta, summary)
+    lengths = sorted(set(paired["head_to_head"].S))
+    asked = {**meta, "head_to_head": {**meta["head_to_head"], "configurations": {
+        "causal": {"S": lengths[1:], "energy_rounds": 0}}}}
+    causal_summary, causal_meta, causal = archive_tables.view(summary, asked, paired, CAUSAL)
+    problem = archive_tables.head_to_head_problem(causal["head_to_head"], causal_meta, causal_summary)
+    assert f"S={lengths[0]}" in problem and "is not a point of the head-to-head" in problem
+    table = paired["head_to_head"]
+    kept = {**paired, "head_to_head": table[(table.config != "causal") | (table.S != lengths[0])]}
+    causal_summary, causal_meta, causal = archive_tables.view(summary, asked, kept, CAUSAL)
+    assert archive_tables.head_to_head_problem(causal["head_to_head"], causal_meta, causal_summary) is None
+    assert sorted(p["S"] for p in archive_tables.head_to_head_points(causal_meta)) == lengths[1:]
+    assert causal_meta["head_to_head"]["energy_rounds"] == 0 and "configurations" not in causal_meta["head_to_head"]
+    assert set(causal["head_to_head"].S) == set(lengths[1:])
+    _, dense_meta, _ = archive_tables.view(summary, asked, kept, DENSE)
+    case_S = meta["case"]["S"]  # the case first, then the other lengths
+    assert [p["S"] for p in archive_tables.head_to_head_points(dense_meta)] == [case_S, *(S for S in lengths if S != case_S)]
+    assert dense_meta["head_to_head"]["energy_rounds"] == meta["head_to_head"]["energy_rounds"]
+
+
 def test_a_causal_timing_counted_as_dense_is_refused(archive, tmp_path):
     """The FLOPs of a causal run are half a dense one's: a figure that counts them whole is refused."""
     import shutil

@@ -224,7 +224,7 @@ def test_a_defect_planted_in_a_causal_kernel_fails_its_check(causal_build, defec
 
 
 # At D=64 three consumer warpgroups hold 160 registers each: ptxas keeps two values of the rare path (S
-# multiplied again and masked, in the last key tile) in local memory, 8 bytes an entry.
+# multiplied again and masked, in the last key tile) in local memory: 8 bytes stored, 8 loaded, in the first entry.
 RARE_PATH_SPILL = {64: 16}
 
 

@@ -6,10 +6,11 @@ The kernel is config.yaml's best headline version that runs in the configuration
 (the mask, D, the element type, and whether K and V have fewer heads than Q): V25 today, any S, at D=128
 fp16 with or without the causal mask, bf16 without it, and fp16 on grouped K/V heads (GQA, MQA: any
 H_kv that divides H, as the build of the configuration with a kv_group takes the group at launch), and
-at D=64 and D=256 fp16 without the mask. Both come from the flashbench checkout (an editable install's, or the one FLASHBENCH_ROOT names). It is
-compiled with nvcc on its first call in a process (into FLASHBENCH_CACHE, ~/.cache/flashbench unless
-set, and reused from there while its source, headers, flags and nvcc stay the same), and launched on
-torch's current stream, so that it can be captured in a CUDA graph.
+at D=64 and D=256 fp16 without the mask. Both come from the flashbench checkout (an editable
+install's, or the one FLASHBENCH_ROOT names). It is compiled with nvcc on its first call in a process
+(into FLASHBENCH_CACHE, ~/.cache/flashbench unless set, and reused from there while its source, headers,
+flags and nvcc stay the same), and launched on torch's current stream, so that it can be captured in a
+CUDA graph.
 
 Inputs are read where they lie: the kernel's TMA reads any [B, H, S, D] view whose D is contiguous and
 whose other strides are multiples of 16 bytes, FlashAttention's [B, S, H, D] (`layout="bshd"`, the

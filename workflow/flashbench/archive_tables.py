@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import archives
 from .compile import runnable_build
-from .config import Shape
+from .config import Shape, head_to_head_in
 from .occupancy import LIMITS, blocks_per_sm
 from .profile import METRICS, STALLS, TOP_LINES
 from .summary import PROFILE_COLUMNS, RESOURCE_COLUMNS, SUMMARY_COLUMNS
@@ -118,9 +118,7 @@ def view(summary: pd.DataFrame, meta: dict, tables: dict, configuration: dict | 
     runs = [k for k in meta["kernels"] if k.get("config") == name]
     of = {k["name"]: k.get("of", k["name"]) for k in runs}
     kernels = [{**k, "name": of[k["name"]]} for k in runs]
-    h2h = meta.get("head_to_head")  # the configuration's own (config.Settings.head_to_head_in)
-    if h2h:
-        h2h = {**{k: v for k, v in h2h.items() if k != "configurations"}, **h2h.get("configurations", {}).get(name, {})}
+    h2h = meta.get("head_to_head") and head_to_head_in(meta["head_to_head"], name)  # the configuration's own
     meta = {**meta, "kernels": kernels, "configuration": configuration, "head_to_head": h2h,
             "headline": [h for h in meta.get("headline") or [] if h in set(of.values())],
             "case": {**meta["case"], "D": configuration.get("D", meta["case"]["D"])}}  # the case at its D

@@ -301,10 +301,8 @@ class Settings:
         return list(dict.fromkeys(s for s in shapes if asked is None or s.S in asked))
 
     def head_to_head_in(self, configuration: Configuration) -> dict:
-        """config's head_to_head as a point in `configuration` runs it: the settings with what
-        head_to_head.configurations asks there instead (its rivals, S, rounds, energy_rounds)."""
-        h2h = {k: v for k, v in (self.head_to_head or {}).items() if k != "configurations"}
-        return {**h2h, **(self.head_to_head or {}).get("configurations", {}).get(configuration.name, {})}
+        """config's head_to_head as a point in `configuration` runs it (head_to_head_in, below)."""
+        return head_to_head_in(self.head_to_head or {}, configuration.name)
 
     def kernel(self, name: str) -> Kernel:
         for kernel in self.kernels:
@@ -409,7 +407,9 @@ class Settings:
         for shape in self.headline_shapes(configuration):
             if shape.S == S:
                 return shape
-        raise ConfigError(f"the head-to-head has no point at S={S} (the case and config key 'sweep.S')")
+        asked = f"config key 'head_to_head.configurations.{configuration.name}.S'" if configuration and \
+            "S" in self.head_to_head_in(configuration) else "config key 'sweep.S'"
+        raise ConfigError(f"the head-to-head has no point at S={S} (the case and {asked})")
 
     def pairs_ragged(self, name: str) -> bool:
         """Whether the run `name`'s sweep pairs its ragged lengths with the next multiple of 128: a
@@ -431,6 +431,13 @@ class Settings:
         asked = (self.cycles or {}).get("ragged") and run.of in (self.headline or [])
         ragged = (self.sweep or {}).get("ragged", []) if asked else []
         return [*self.headline_shapes(run.configuration), *(replace(self.case, S=S) for S in ragged)]
+
+
+def head_to_head_in(head_to_head: dict, configuration: str) -> dict:
+    """config's head_to_head (or an archive's) as a point in the configuration named runs it: the settings
+    with what head_to_head.configurations asks there instead (its rivals, S, rounds, energy_rounds)."""
+    own = {k: v for k, v in head_to_head.items() if k != "configurations"}
+    return {**own, **head_to_head.get("configurations", {}).get(configuration, {})}
 
 
 def conform(value, pointer: str, what: str):
@@ -532,8 +539,12 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
                 raise ConfigError(f"config key '{key}': unknown configuration {configuration!r} "
                                   f"(defined under configurations: {', '.join(known_configurations)})")
             for i, name in enumerate(asked.get("rivals", [])):
-                if name not in {p.name for p in peers}:
+                peer = next((p for p in peers if p.name == name), None)
+                if peer is None:
                     raise ConfigError(f"config key '{key}.rivals[{i}]': {name!r} is not one of the peers")
+                if peer.configurations is not None and configuration not in peer.configurations:
+                    raise ConfigError(f"config key '{key}.rivals[{i}]': {name!r} does not run in {configuration!r} "
+                                      f"(its configurations: {', '.join(peer.configurations)})")
             lengths = (config.get("sweep") or {}).get("S")  # without a sweep, the case is the only point
             for i, S in enumerate(asked.get("S", []) if lengths else []):
                 if S not in lengths:
