@@ -487,6 +487,25 @@ def test_the_next_goal_needs_both_ratios_at_each_rivals_factor_and_the_efficienc
                                "the best version's cycles at S >= 8192"] and not goal["complete"]
 
 
+def test_a_configuration_may_ask_to_be_level_with_a_rival_below_a_factor_of_one():
+    """D=256: level with FlashAttention's kernel (0.99: at most 1% behind, by graph and by cycles), 1.10x
+    cuDNN, no efficiency: 0.995 behind it meets the goal there, 0.985 does not."""
+    from dataclasses import replace
+
+    asked = replace(GOAL, next=replace(GOAL.next, configurations={"d256": {
+        "factors": {"flash_attn_cute": 0.99, "cudnn": 1.10}, "efficiency_case": None, "efficiency_long": None}}))
+    goal_verdicts, cycles, meta = _next_goal_inputs(1.11, 1.12, 0.50)
+    for point in goal_verdicts["points"]:
+        if point["rival"] == "flash_attn_cute":
+            point["graph"]["ci_low"], point["cycles_ratio"] = 0.995, 0.995
+    level = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("d256"))
+    assert level["reached"] and level["complete"] and level["efficiency"] == []
+    assert {(r["rival"], r["factor"]) for r in level["ratios"]} == {("flash_attn_cute", 0.99), ("sdpa_cudnn", 1.10)}
+    goal_verdicts["points"][3]["cycles_ratio"] = 0.985  # FlashAttention's kernel at S=8192, 1.5% ahead by cycles
+    behind = hopper_report.next_goal(goal_verdicts, cycles, meta, asked.in_configuration("d256"))
+    assert not behind["reached"] and behind["misses"] == ["flash_attn_cute at S=8192"]
+
+
 def test_a_configuration_may_ask_the_next_goal_for_other_efficiencies():
     """goal.next.configurations: under the mask config asks nothing at the case and 85% from S=16384;
     a configuration it does not name is judged against goal.next itself."""
