@@ -194,56 +194,67 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-#define FLASH_WGMMA_D64                                                                                     \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                       \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                        \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define FLASH_D8(i)                                                                                        \
+// The accumulators' operand lists of a wgmma: %0 .. %15, .. %31, .. %63, .. %127, each a prefix of the next.
+#define FLASH_REGS16                                                                                        \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define FLASH_REGS32                                                                                        \
+  FLASH_REGS16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define FLASH_REGS64                                                                                        \
+  FLASH_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "         \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define FLASH_REGS128                                                                                       \
+  FLASH_REGS64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "         \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                        \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "            \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+// The wgmma of T's input type, f16 or bf16 (MACRO takes the PTX type pair).
+#define FLASH_WGMMA_OF(T, MACRO)                                                                            \
+  if constexpr (kIsBf16<T>) MACRO("bf16.bf16");                                                             \
+  else MACRO("f16.f16")
+#define FLASH_D8(i)                                                                                         \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
 #define FLASH_D64 FLASH_D8(0), FLASH_D8(8), FLASH_D8(16), FLASH_D8(24), FLASH_D8(32), FLASH_D8(40), FLASH_D8(48), FLASH_D8(56)
+#define FLASH_D128                                                                                          \
+  FLASH_D64, FLASH_D8(64), FLASH_D8(72), FLASH_D8(80), FLASH_D8(88), FLASH_D8(96), FLASH_D8(104), FLASH_D8(112), \
+      FLASH_D8(120)
 
 // The input types are T's, f16 or bf16, for A and B both (the accumulator is f32 in either).
 // D[64x128] (+)= A[64x16] B[16x128], A and B from shared memory, both K-major (no transpose).
 // accumulate = 0 overwrites D (the first k-step of a product), 1 adds to it. T: half or __nv_bfloat16.
-#define FLASH_WGMMA_M64N128K16_SS(TYPES)                                                                      \
+#define FLASH_WGMMA_M64N128K16_SS(TYPES)                                                                    \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"                                               \
-               " wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " " FLASH_WGMMA_D64                     \
+               " wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " {" FLASH_REGS64 "}"                  \
                ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                            \
                : FLASH_D64                                                                                  \
                : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N128K16_SS("bf16.bf16");
-  else FLASH_WGMMA_M64N128K16_SS("f16.f16");
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N128K16_SS);
 }
 // The same at N = 32 (QK of a key tile S ends in the first quarter of): D is the first 16
 // accumulators, keys 0..31 of the tile.
-#define FLASH_WGMMA_M64N32K16_SS(TYPES)                                                                       \
+#define FLASH_WGMMA_M64N32K16_SS(TYPES)                                                                     \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"                                               \
                " wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "                                     \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n" \
+               "{" FLASH_REGS16 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"                                          \
                : FLASH_D8(0), FLASH_D8(8)                                                                   \
                : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N32K16_SS("bf16.bf16");
-  else FLASH_WGMMA_M64N32K16_SS("f16.f16");
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N32K16_SS);
 }
 // The same at N = 64 (QK of a key tile of 64 keys, at head dim 256): D is 32 accumulators.
-#define FLASH_WGMMA_M64N64K16_SS(TYPES)                                                                       \
+#define FLASH_WGMMA_M64N64K16_SS(TYPES)                                                                     \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"                                               \
                " wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "                                     \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                     \
-               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"             \
+               "{" FLASH_REGS32 "}"                                                                         \
                ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                            \
                : FLASH_D8(0), FLASH_D8(8), FLASH_D8(16), FLASH_D8(24)                                       \
                : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N64K16_SS("bf16.bf16");
-  else FLASH_WGMMA_M64N64K16_SS("f16.f16");
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N64K16_SS);
 }
 // Any of the three, by the accumulators given: N = 2 x their count (QK of 128, 64 or 32 keys).
 template <typename T, int kAcc>
@@ -255,57 +266,41 @@ __device__ __forceinline__ void wgmma_m64k16_ss(float (&d)[kAcc], uint64_t desc_
 }
 // D[64x128] (+)= A[64x16] B[16x128], A from registers (4 pairs of T), B from shared memory MN-major
 // (transpose flag set: B's N dimension is the contiguous one).
-#define FLASH_WGMMA_M64N128K16_RS_BT(TYPES)                                                                   \
+#define FLASH_WGMMA_M64N128K16_RS_BT(TYPES)                                                                 \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"                                               \
-               " wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " " FLASH_WGMMA_D64                     \
+               " wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " {" FLASH_REGS64 "}"                  \
                ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                              \
                : FLASH_D64                                                                                  \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
                                                        int accumulate) {
-  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N128K16_RS_BT("bf16.bf16");
-  else FLASH_WGMMA_M64N128K16_RS_BT("f16.f16");
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N128K16_RS_BT);
 }
 // The same at N = 64 (PV at head dim 64): D is 32 accumulators.
-#define FLASH_WGMMA_M64N64K16_RS_BT(TYPES)                                                                    \
+#define FLASH_WGMMA_M64N64K16_RS_BT(TYPES)                                                                  \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"                                               \
                " wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "                                     \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                     \
-               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"             \
+               "{" FLASH_REGS32 "}"                                                                         \
                ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                              \
                : FLASH_D8(0), FLASH_D8(8), FLASH_D8(16), FLASH_D8(24)                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n64k16_rs_bt(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
                                                       int accumulate) {
-  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N64K16_RS_BT("bf16.bf16");
-  else FLASH_WGMMA_M64N64K16_RS_BT("f16.f16");
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N64K16_RS_BT);
 }
 // D[64x256] (+)= A[64x16] B[16x256]: PV at head dim 256, in one wgmma (128 accumulators).
-#define FLASH_WGMMA_D128                                                                                    \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                 \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                        \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                        \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                        \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                        \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                        \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "            \
-  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
-#define FLASH_D128                                                                                          \
-  FLASH_D64, FLASH_D8(64), FLASH_D8(72), FLASH_D8(80), FLASH_D8(88), FLASH_D8(96), FLASH_D8(104), FLASH_D8(112), \
-      FLASH_D8(120)
 #define FLASH_WGMMA_M64N256K16_RS_BT(TYPES)                                                                 \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"                                              \
-               " wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " " FLASH_WGMMA_D128                   \
+               " wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " {" FLASH_REGS128 "}"                 \
                ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                                         \
                : FLASH_D128                                                                                 \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n256k16_rs_bt(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b,
                                                        int accumulate) {
-  if constexpr (kIsBf16<T>) FLASH_WGMMA_M64N256K16_RS_BT("bf16.bf16");
-  else FLASH_WGMMA_M64N256K16_RS_BT("f16.f16");
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N256K16_RS_BT);
 }
 // Any of the three, by the accumulators given: N = 2 x their count (PV at head dim 256, 128 or 64).
 template <typename T, int kAcc>
@@ -323,10 +318,13 @@ __device__ __forceinline__ void wgmma_m64k16_rs_bt(float (&d)[kAcc], const uint3
 #undef FLASH_WGMMA_M64N64K16_RS_BT
 #undef FLASH_WGMMA_M64N256K16_RS_BT
 #undef FLASH_D128
-#undef FLASH_WGMMA_D128
 #undef FLASH_D64
 #undef FLASH_D8
-#undef FLASH_WGMMA_D64
+#undef FLASH_WGMMA_OF
+#undef FLASH_REGS16
+#undef FLASH_REGS32
+#undef FLASH_REGS64
+#undef FLASH_REGS128
 
 // ---- warpgroup register reallocation (V15 on) ----------------------------------------------------
 template <int kRegs>

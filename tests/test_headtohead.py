@@ -291,17 +291,23 @@ class LoggedPeer(SwitchedPeer):
         return lambda: self._logged("replay", calls)
 
 
+def _logged_point(lead_in_ms: float, energy_rounds: int) -> dict:
+    """A point of two logged contestants in two rounds, with NVML's energy counter: its record, the
+    contestants' calls in LoggedPeer.log."""
+    peers = [LoggedPeer("v22"), LoggedPeer("flash_attn_cute")]
+    settings = {"rounds": 2, "min_timing_ms": 5, "lead_in_ms": lead_in_ms, "warmup": 1,
+                "energy_rounds": energy_rounds, "energy_window_s": 0.01}
+    LoggedPeer.log.clear()
+    LoggedPeer.seconds.clear()
+    return headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _SpanSampler(), _LoggedEnergy(),
+                              progress=lambda m: None)
+
+
 def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_comes_last():
     # The power cap's clock lags the load: a timing right after a contestant that left the GPU idle
     # (its Python dispatch) runs on a clock that contestant raised. So each turn: the contestant's own
     # graph for lead_in_ms untimed, its graph timed, then its calls back to back timed.
-    peers = [LoggedPeer("v22"), LoggedPeer("flash_attn_cute")]
-    settings = {"rounds": 2, "min_timing_ms": 5, "lead_in_ms": 12, "warmup": 1, "energy_rounds": 1,
-                "energy_window_s": 0.01}
-    LoggedPeer.log.clear()
-    LoggedPeer.seconds.clear()
-    record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _SpanSampler(), _LoggedEnergy(),
-                                progress=lambda m: None)
+    record = _logged_point(lead_in_ms=12, energy_rounds=1)
     lead_in = {name: c["lead_in_replays"] for name, c in record["contestants"].items()}
     calls = {name: c["calls_per_timing"] for name, c in record["contestants"].items()}
     for name in lead_in:
@@ -323,13 +329,7 @@ def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_co
 
 
 def test_a_configuration_that_asks_no_energy_windows_gets_none_and_says_why():
-    peers = [LoggedPeer("v22"), LoggedPeer("flash_attn_cute")]
-    settings = {"rounds": 2, "min_timing_ms": 5, "lead_in_ms": 1, "warmup": 1, "energy_rounds": 0,
-                "energy_window_s": 0.01}
-    LoggedPeer.log.clear()
-    LoggedPeer.seconds.clear()
-    record = headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _SpanSampler(), _LoggedEnergy(),
-                                progress=lambda m: None)
+    record = _logged_point(lead_in_ms=1, energy_rounds=0)
     assert "energy" not in " | ".join(LoggedPeer.log)
     assert all(c["energy"] == [] and len(c["rounds"]) == 2 for c in record["contestants"].values())
     assert record["energy_reason"] == "no energy windows asked in this configuration"

@@ -296,7 +296,7 @@ class Settings:
         of sweep.S other than the case's; in `configuration`, those of its head_to_head.configurations.S
         alone where it names them (validate holds them to sweep.S, the case's S among them)."""
         lengths = self.sweep["S"] if self.sweep else []
-        asked = self.head_to_head_in(configuration).get("S") if configuration and self.head_to_head else None
+        asked = self.head_to_head_in(configuration).get("S") if configuration else None
         shapes = [self.case, *(replace(self.case, S=S) for S in lengths)]
         return list(dict.fromkeys(s for s in shapes if asked is None or s.S in asked))
 
@@ -530,8 +530,9 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
     if head_to_head:
         if not headline:
             raise ConfigError("config key 'head_to_head': needs the versions it compares (config key 'headline')")
+        peer_named = {p.name: p for p in peers}
         for i, name in enumerate(head_to_head["rivals"]):
-            if name not in {p.name for p in peers}:
+            if name not in peer_named:
                 raise ConfigError(f"config key 'head_to_head.rivals[{i}]': {name!r} is not one of the peers")
         for configuration, asked in head_to_head.get("configurations", {}).items():
             key = f"head_to_head.configurations.{configuration}"
@@ -539,10 +540,10 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
                 raise ConfigError(f"config key '{key}': unknown configuration {configuration!r} "
                                   f"(defined under configurations: {', '.join(known_configurations)})")
             for i, name in enumerate(asked.get("rivals", [])):
-                peer = next((p for p in peers if p.name == name), None)
+                peer = peer_named.get(name)
                 if peer is None:
                     raise ConfigError(f"config key '{key}.rivals[{i}]': {name!r} is not one of the peers")
-                if peer.configurations is not None and configuration not in peer.configurations:
+                if not peer.runs_in(configurations[known_configurations.index(configuration)]):
                     raise ConfigError(f"config key '{key}.rivals[{i}]': {name!r} does not run in {configuration!r} "
                                       f"(its configurations: {', '.join(peer.configurations)})")
             lengths = (config.get("sweep") or {}).get("S")  # without a sweep, the case is the only point
