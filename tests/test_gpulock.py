@@ -104,3 +104,38 @@ def test_gpu_time_reads_a_journal_and_refuses_a_bad_line_or_time_in_one_line(tmp
     journal.write_text("not json\n")
     out = subprocess.run([*run, str(journal)], capture_output=True, text=True)
     assert out.returncode != 0 and "line 1 is not a journal entry" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_check_holds_its_gpu_shared_a_timing_exclusively(tmp_path, monkeypatch, records_settings):
+    """A check times nothing: it runs beside builds and other checks, never beside a timing."""
+    import contextlib
+
+    import records
+    from flashbench import check, cli, gpu
+    from flashbench.files import write_json
+
+    holds = []
+    monkeypatch.setattr(gpu, "require", lambda: None)
+    monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("v14"))
+    monkeypatch.setattr(cli, "_runnable_here", lambda record: None)
+    monkeypatch.setattr(cli, "_gpu_held",
+                        lambda what, exclusive=True: contextlib.nullcontext(holds.append((what, exclusive))))
+    monkeypatch.setattr(cli, "_kernel", lambda a: type("Kernel", (), {"name": "v14", "identity": {}})())
+    monkeypatch.setattr(check, "check_kernel", lambda kernel, *args, **kwargs: {
+        "kernel": "v14", "gate": records.GATE, "inputs": records.INPUTS, "passed": False, "reason": "planted",
+        "shapes": []})
+    cubin, record = tmp_path / "v14.cubin", tmp_path / "v14.json"
+    cubin.write_bytes(b"")
+    write_json(record, records.compile_record("v14", "sm_90a", "kernels/v14.cu"))
+    cli.main(["check", *records_settings, "--cubin", str(cubin), "--record", str(record),
+              "--out", str(tmp_path / "check" / "v14.json")])
+    assert holds == [("check v14", False)]
+    with gpulock.hold(BUS, "check v12", exclusive=False, progress=lambda m: None):
+        other = holder("check v13", "s", 0.2)  # beside it at once
+        other.wait()
+    a_check = holder("check v15", "s", 1.0)
+    start = time.time()
+    with gpulock.hold(BUS, "bench v11", progress=lambda m: None):
+        assert time.time() - start > 0.3  # the timing waited for the check
+    a_check.wait()
+    assert gpulock.overlapping(gpulock.read_journal(BUS)) == []

@@ -96,14 +96,15 @@ def _runnable_here(record_path) -> None:
 
 
 @contextmanager
-def _gpu_held(what: str):
-    """This stage's hold on its GPU (the one CUDA gives it): one GPU job at a time across processes."""
+def _gpu_held(what: str, exclusive: bool = True):
+    """This stage's hold on its GPU (the one CUDA gives it): one timing at a time across processes, and
+    nothing beside it; `exclusive=False` (a check, which times nothing): beside builds and other checks."""
     from . import gpu, gpulock
 
     gpu.require()
     import cupy as cp
 
-    with gpulock.hold(cp.cuda.Device().pci_bus_id, what, progress=_progress):
+    with gpulock.hold(cp.cuda.Device().pci_bus_id, what, exclusive=exclusive, progress=_progress):
         yield
 
 
@@ -214,7 +215,7 @@ def cmd_check(a) -> None:
     except (PeerUnavailable, NotRunnableHere) as e:
         return skipped(e)
     _import_peer_libraries(settings, [run.name])
-    with _gpu_held(f"check {_name(a)}"):
+    with _gpu_held(f"check {_name(a)}", exclusive=False):  # its results do not depend on what runs beside it
         try:
             kernel = _kernel(a)
         except PeerUnavailable as e:  # the library imports, but has no kernel for this GPU

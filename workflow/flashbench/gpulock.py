@@ -1,9 +1,10 @@
 """One GPU job at a time, whatever Snakemake's flags: an inter-process lock per GPU (keyed on its PCI
 bus id) in a folder every run on the machine shares.
 
-Every stage that touches a GPU (check, bench, sweep, profile, the GPU tests) holds its lock
-exclusively; a compile holds every GPU's lock shared, so builds run beside each other but never
-beside a timing. Two runs from two checkouts, or a run and the GPU tests, queue on the same file.
+Every stage that times or profiles on a GPU (bench, sweep, head-to-head, profile, cycles, the GPU
+tests) holds its lock exclusively; a check holds it shared, and a compile every GPU's lock shared, so
+that checks and builds run beside each other (a check's verdict does not depend on what runs beside
+it) but never beside a timing. Two runs from two checkouts, or a run and the GPU tests, queue on the same file.
 A process started by the holder (ncu's profiled launch) is marked by FLASHBENCH_GPU_LOCK_HELD and
 does not take the lock again. Each hold is appended to a journal beside the lock, so that overlaps
 can be looked for afterwards (`overlapping`).
