@@ -67,6 +67,8 @@ def test_the_shipped_config_is_valid():
      r"'sweep.ragged\[0\]': 9000 is held against the next multiple of 128, 9088, which is not one of sweep.S"),
     (lambda c: c["sweep"]["ragged_pair"].update(rounds=2), r"'sweep.ragged_pair.rounds': 2 is less than the minimum of 5"),
     (lambda c: c["sweep"]["ragged_pair"].pop("lead_in_ms"), r"'sweep.ragged_pair.lead_in_ms': missing$"),
+    (lambda c: c["sweep"]["ragged_pair"].update(configurations=["dense", "casual"]),
+     r"'sweep.ragged_pair.configurations\[1\]': unknown configuration 'casual' \(defined under configurations: dense, "),
     (lambda c: c["sweep"]["ragged_pair"].update(min_timing_ms=float("inf")),
      r"'sweep.ragged_pair.min_timing_ms': inf is not a finite number$"),
     (lambda c: c.update(ncu=True), r"'ncu': True is not allowed: Nsight Compute for the profile stage"),
@@ -226,7 +228,8 @@ def test_a_run_outside_the_configurations_is_refused_naming_the_key(name, messag
 
 def test_without_configurations_every_kernel_runs_in_the_dense_one():
     bare = {k: v for k, v in copy.deepcopy(CONFIG).items() if k != "configurations"}
-    for spec in [*bare["kernels"].values(), *bare["peers"].values(), bare["goal"]["next"], bare["head_to_head"]]:
+    for spec in [*bare["kernels"].values(), *bare["peers"].values(), bare["goal"]["next"], bare["head_to_head"],
+                 bare["sweep"]["ragged_pair"]]:
         spec.pop("configurations", None)
     settings = validate(bare, root=ROOT)
     assert [c.name for c in settings.configurations] == ["dense"] and not settings.configurations[0].causal
@@ -365,4 +368,23 @@ def test_an_archive_from_before_the_pairs_own_timing_paired_as_the_head_to_head_
     before = replace(settings, sweep={k: v for k, v in settings.sweep.items() if k != "ragged_pair"})
     h2h = settings.head_to_head
     assert before.ragged_pair_timing() == {k: h2h[k] for k in PAIR_TIMING}
-    assert pair_timing(settings.sweep, h2h) == settings.sweep["ragged_pair"] != before.ragged_pair_timing()
+    asked = {k: settings.sweep["ragged_pair"][k] for k in PAIR_TIMING}
+    assert pair_timing(settings.sweep, h2h) == asked != before.ragged_pair_timing()
+
+
+def test_a_configuration_left_out_of_the_ragged_pairs_sweeps_its_ragged_lengths_unpaired(settings):
+    """sweep.ragged_pair.configurations: the headline pairs S=4000 there alone; elsewhere its sweep times
+    S=4000 unpaired and reads no pair timing (a longer pair reruns none of its sweeps), its cycles still
+    count S=4000; absent, every configuration pairs."""
+    from dataclasses import replace
+
+    pairing = settings.sweep["ragged_pair"]["configurations"]
+    assert pairing == ["dense", "causal"]
+    assert settings.pairs_ragged("v25") and settings.pairs_ragged("v25.causal")
+    for name in ("v25.bf16", "v25.gqa", "v25.d64", "v25.d256"):
+        assert not settings.pairs_ragged(name) and "paired" not in settings.used_by("sweep", name)
+        assert 4000 in [s.S for s in settings.cycle_shapes(name)]
+    everywhere = replace(settings, sweep={**settings.sweep, "ragged_pair": {
+        k: v for k, v in settings.sweep["ragged_pair"].items() if k != "configurations"}})
+    assert all(everywhere.pairs_ragged(f"v25.{c}") for c in ("bf16", "gqa", "d64", "d256"))
+    assert everywhere.used_by("sweep", "v25") == settings.used_by("sweep", "v25")  # dense's sweep is not redone

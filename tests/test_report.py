@@ -577,6 +577,10 @@ def test_a_ragged_length_is_judged_against_the_next_multiple_of_128_by_its_paire
     assert hopper_report.ragged_point(sweep, meta, "v25", 4000, replace(GOAL, ragged_within=0.05))["met"] is True
     unpaired = hopper_report.ragged_point(sweep, {**meta, "kernels": [{"name": "v25"}]}, "v25", 4000, asked)
     assert unpaired["paired"] is None and unpaired["met"] is None  # the sweep's figures alone: not judged
+    assert unpaired["asked"]  # a run that did not pair where its configuration asks it
+    elsewhere = {**meta, "kernels": [{"name": "v25"}], "configuration": {"name": "d64"},
+                 "sweep": {**meta["sweep"], "ragged_pair": {**timing, "configurations": ["dense"]}}}
+    assert not hopper_report.ragged_point(sweep, elsewhere, "v25", 4000, asked)["asked"]  # not asked there
     assert hopper_report.ragged_point(sweep[sweep.S == 4000], meta, "v25", 4000, asked)["unpaired_ratio"] is None
     counted = pd.DataFrame([{"kernel": "v25", "S": 4000, "efficiency_per_cycle": 0.64},
                             {"kernel": "v25", "S": 4096, "efficiency_per_cycle": 0.67},

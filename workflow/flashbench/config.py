@@ -158,7 +158,15 @@ def pair_timing(sweep: dict | None, head_to_head: dict) -> dict:
     """How a headline version's sweep times its ragged lengths against the next multiple of 128
     (PAIR_TIMING): config's sweep.ragged_pair, or where it is absent (an archive from before the key)
     as the head-to-head times."""
-    return dict((sweep or {}).get("ragged_pair") or {k: head_to_head[k] for k in PAIR_TIMING})
+    timing = (sweep or {}).get("ragged_pair") or head_to_head
+    return {k: timing[k] for k in PAIR_TIMING}
+
+
+def pairs_in(sweep: dict | None, configuration: str) -> bool:
+    """Whether the headline versions' sweeps in the configuration named pair their ragged lengths
+    (sweep.ragged_pair.configurations; absent: in every configuration)."""
+    asked = ((sweep or {}).get("ragged_pair") or {}).get("configurations")
+    return asked is None or configuration in asked
 
 
 def _as_list(shapes) -> list:
@@ -413,9 +421,11 @@ class Settings:
 
     def pairs_ragged(self, name: str) -> bool:
         """Whether the run `name`'s sweep pairs its ragged lengths with the next multiple of 128: a
-        headline version's, where a head-to-head is configured (headtohead.measure_ragged)."""
-        return bool(self.head_to_head and (self.sweep or {}).get("ragged")
-                    and self.run(name).of in (self.headline or []))
+        headline version's, where a head-to-head is configured, in a configuration that pairs (pairs_in;
+        headtohead.measure_ragged)."""
+        run = self.run(name)
+        return bool(self.head_to_head and (self.sweep or {}).get("ragged") and run.of in (self.headline or [])
+                    and pairs_in(self.sweep, run.configuration.name))
 
     def ragged_pair_timing(self) -> dict:
         """How a paired ragged length is timed (pair_timing); its interval is the head-to-head's."""
@@ -582,6 +592,10 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
         raise ConfigError(f"config key 'check.smallest': B*H = {smallest['B'] * smallest['H']} is even; the extra shape "
                           f"is there for an odd head count, which no power-of-two tiling of heads divides")
     sweep = config.get("sweep") or {}
+    for i, name in enumerate((sweep.get("ragged_pair") or {}).get("configurations", [])):
+        if name not in known_configurations:
+            raise ConfigError(f"config key 'sweep.ragged_pair.configurations[{i}]': unknown configuration {name!r} "
+                              f"(defined under configurations: {', '.join(known_configurations)})")
     for i, S in enumerate(sweep.get("ragged", [])):
         if ragged_near(S) not in sweep["S"]:
             raise ConfigError(f"config key 'sweep.ragged[{i}]': {S} is held against the next multiple of 128, "

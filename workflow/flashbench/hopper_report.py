@@ -16,7 +16,7 @@ import pandas as pd
 from .archive_tables import by_s, nan_as_none, sweep_rows
 from .archive_tables import contestants as archive_contestants
 from .chapter_report import correctness
-from .config import Goal, Shape, pair_timing, ragged_near
+from .config import Goal, Shape, pair_timing, pairs_in, ragged_near
 from .figures import sweep_figure, tflops_figure
 from .files import write_text
 from .gpu import commits
@@ -193,7 +193,8 @@ def ragged_point(sweep: pd.DataFrame, meta: dict, best: str, S: int, goal: Goal,
     `ragged` in kernels.json: headtohead.ragged_comparison), and the sweep's own two figures by CUDA
     graph, taken minutes apart; by cycles, its efficiency per cycle there over that at the multiple,
     where both were counted (cycles.ragged). Judged against goal.ragged_within by the paired
-    interval's lower end alone: the unpaired figures are no basis for a few percent."""
+    interval's lower end alone, in a configuration that pairs (`asked`: config.pairs_in): the unpaired
+    figures are no basis for a few percent."""
     near = ragged_near(S)
     mine = sweep[sweep.kernel == best]
     at, there = (tflops_of(mine[mine.S == length], best, "tflops_graph") for length in (S, near))
@@ -205,7 +206,9 @@ def ragged_point(sweep: pd.DataFrame, meta: dict, best: str, S: int, goal: Goal,
     counted = {} if cycles is None else {int(r.S): float(r.efficiency_per_cycle)
                                          for r in cycles[cycles.kernel == best].itertuples() if r.S in (S, near)}
     within = goal.ragged_within
+    configuration = (meta.get("configuration") or {}).get("name")
     return {"kernel": best, "S": S, "near": near, "tflops": at, "near_tflops": there,
+            "asked": configuration is None or pairs_in(meta.get("sweep"), configuration),
             "unpaired_ratio": float(at / there) if at and there else None, "paired": paired,
             "timing": pair_timing(meta.get("sweep"), h2h) if paired else None,
             "cycles_ratio": counted[S] / counted[near] if len(counted) == 2 else None,
