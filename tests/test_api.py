@@ -54,10 +54,11 @@ def call(q, k=None, v=None, **kw):
     ((Stand((2, 0, 3, 128)),), {}, "an empty input, [B, H, S, D] = [2, 3, 0, 128]"),
     ((Stand(BSHD, dtype="torch.float32"),), {}, "float32 inputs; the line runs fp16 and bf16"),
     ((Stand(BSHD), Stand(BSHD, dtype="torch.bfloat16")), {}, "q, k and v have different element types (bfloat16, float16)"),
-    ((Stand(BSHD, dtype="torch.bfloat16"),), {"causal": True},
-     "mask causal, D=128, bf16 is not a configuration the line runs; it runs dense (mask none, D=128, fp16), "
-     "causal (mask causal, D=128, fp16), bf16 (mask none, D=128, bf16), gqa (mask none, D=128, fp16, grouped K/V "
-     "heads)"),
+    ((Stand((2, 1000, 8, 128), dtype="torch.bfloat16"), Stand((2, 1000, 2, 128), dtype="torch.bfloat16"),
+      Stand((2, 1000, 2, 128), dtype="torch.bfloat16")), {"causal": True},
+     "mask causal, D=128, bf16, grouped K/V heads is not a configuration the line runs; it runs dense (mask none, "
+     "D=128, fp16), causal (mask causal, D=128, fp16), bf16 (mask none, D=128, bf16), gqa (mask none, D=128, fp16, "
+     "grouped K/V heads)"),
     ((Stand((2, 1000, 8, 128)), Stand((2, 1000, 2, 128)), Stand((2, 1000, 2, 128))), {"causal": True},
      "mask causal, D=128, fp16, grouped K/V heads is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 64)),), {"causal": True}, "mask causal, D=64, fp16 is not a configuration the line runs"),
@@ -103,6 +104,11 @@ def test_each_configuration_asks_for_its_best_build(settings):
     assert d64.D == 64 and build.endswith(".d64")
     d256, build = api.configuration_for(settings, False, 256, "fp16")
     assert d256.D == 256 and build.endswith(".d256")
+    # bf16 in every configuration: each its own build
+    for causal, D, grouped, name in ((True, 128, False, "causal_bf16"), (False, 128, True, "gqa_bf16"),
+                                     (False, 64, False, "d64_bf16"), (False, 256, False, "d256_bf16")):
+        configuration, build = api.configuration_for(settings, causal, D, "bf16", grouped=grouped)
+        assert configuration.name == name and configuration.dtype == "bf16" and build == f"v25.{name}"
 
 
 def test_an_input_is_read_as_it_lies_where_tma_can_and_copied_where_it_cannot():

@@ -29,10 +29,11 @@ def run_of(entry: dict, configuration: dict) -> dict:
 
 
 def write_archive(tmp, monkeypatch, second: dict, runs: list[str], tflops: dict, contestants: dict,
-                  expected: Expected, adjust=lambda point: point):
+                  expected: Expected, adjust=lambda point: point, second_asks: dict | None = None):
     """results/nvidia-h200/ of a run in dense and `second`, as summarize writes it: every kernel and peer in
     dense, `runs` in `second` too (at its D), the head-to-head's `contestants` (by configuration name) at
-    the case and each swept S, `adjust` applied to `second`'s points."""
+    the case and each swept S, `adjust` applied to `second`'s points; `second_asks`: its
+    head_to_head.configurations entry."""
     kernels = records.KERNELS + records.HOPPER
     by_name = {k["name"]: k for k in kernels + records.PEERS}
     D = second["D"]
@@ -44,19 +45,21 @@ def write_archive(tmp, monkeypatch, second: dict, runs: list[str], tflops: dict,
     entries = [run_of(k, DENSE) for k in kernels + records.PEERS] + [{k: v for k, v in e.items() if k != "D"}
                                                                       for e in seconds]
     settings = {**records.SETTINGS, "configurations": [DENSE, second]}
+    if second_asks is not None:
+        settings["head_to_head"] = {**settings["head_to_head"], "configurations": {second["name"]: second_asks}}
     summary, resources, profile, meta = tidy_tables(entries, paths["checks"], paths["benches"], paths["compiled"],
                                                     "sm_90", records.CASE, paths["sweeps"], paths["profiles"],
                                                     settings, expected=expected)
     shapes = [records.CASE, *({**records.CASE, "S": S} for S in records.SWEEP_S if S != records.CASE["S"])]
     points, counts = [], []
     for configuration in (DENSE, second):
-        for seed, shape in enumerate(shapes):
+        for seed, shape in enumerate(shapes if contestants[configuration["name"]] else []):  # none: not raced
             point = records.head_to_head_record({**shape, "D": configuration["D"]}, contestants[configuration["name"]],
                                                 seed)
             point = {**point, "is_case": shape == records.CASE, "configuration": configuration["name"],
                      "causal": configuration["mask"] == "causal"}
             points.append(adjust(point) if configuration is second else point)
-    paired = {name for timed in contestants.values() for name in timed}
+    paired = {name for timed in contestants.values() for name in timed} | {f"v15.{second['name']}"}  # the headline's
     for e in entries:
         at = [{**s, "D": expected.case_of(e["name"])["D"]} for s in shapes]
         counts.append(records.cycles_record(e["name"], at if e["name"] in paired else at[:1], 100.0))
@@ -256,3 +259,36 @@ def test_a_configuration_at_d64_is_summarized_read_back_and_reported_at_its_head
     part = (reports / "hopper.md").read_text().split("# The line in the configuration d64 (no mask, D=64, fp16)")[1]
     assert "## The line at the case (B=1, H=64, S=1024, D=64)" in part
     assert "| d64 (no mask, D=64, fp16) | v15 |" in part.split("# The goals in every configuration")[1]
+
+
+# ---- a configuration raced by no one: a bf16 twin, its headline counted against its fp16 configuration's --
+
+BF16 = {"name": "bf16", "mask": "none", "D": 128, "dtype": "bf16"}
+
+
+@pytest.fixture(scope="module")
+def twin_archive(tmp_path_factory, monkeypatch_module):
+    """results/nvidia-h200/ of a run in dense and bf16, where bf16 has no rivals (head_to_head.configurations
+    .bf16.rivals: []): v15.bf16 checked, timed, swept and counted at every S, no head-to-head point."""
+    return write_archive(tmp_path_factory.mktemp("twin"), monkeypatch_module, BF16, ["v15"],
+                         {**TFLOPS, "v15.bf16": 445.0},
+                         {"dense": {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0}, "bf16": {}}, records.EXPECTED,
+                         second_asks={"rivals": []})
+
+
+def test_a_configuration_raced_by_no_one_is_judged_by_its_cycles_alone(twin_archive, tmp_path):
+    h2h = pd.read_csv(twin_archive / "head_to_head.csv")
+    assert set(h2h.config) == {"dense"}
+    counted = pd.read_csv(twin_archive / "cycles.csv")
+    assert sorted(counted[counted.kernel == "v15.bf16"].S) == sorted(records.SWEEP_S)
+    reports = tmp_path / "reports"
+    gpu_reports.render(twin_archive, reports, ROOT / "workflow" / "templates" / "report.md.j2", "nvidia-h200",
+                       shipped_settings().goal)
+    part = (reports / "hopper.md").read_text().split("# The line in the configuration bf16 (no mask, D=128, bf16)")[1]
+    goals = part.split("# The goals in every configuration")[1]
+    # bf16's goal, its cycles within 2% of dense's best version's, judged at the case and every S from 1024:
+    # the records count both the same
+    row = next(line for line in goals.splitlines() if line.startswith("| bf16 "))
+    assert "| v15 | not asked (no rivals) | reached |" in row
+    assert "No rivals in this configuration (config's `head_to_head.configurations` names none here)" in part
+    assert "| S=2048 | 1.000 | 1.02 | yes |" in part  # its cycles over dense's, counted without a head-to-head

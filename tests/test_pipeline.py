@@ -58,13 +58,15 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     assert proc.returncode == 0, proc.stderr
     # every kernel build and peer run in each configuration it runs in; the profile in the first
     n, peers = len(settings.kernel_builds()), len(settings.peer_runs())
-    configured = [c for c in settings.configurations if settings.headline_in(c)]
-    assert len(configured) == len(settings.configurations) == 6  # the head-to-head in each configuration
+    # the head-to-head in each configuration with rivals (the bf16 twins have none: their headline counted alone)
+    raced = [c for c in settings.configurations if settings.rivals_in(c)]
+    assert [c.name for c in raced] == ["dense", "causal", "bf16", "gqa", "d64", "d256"]
+    assert all(settings.headline_in(c) for c in settings.configurations)
     assert job_counts(proc.stdout) == {"compile_kernel": builds(settings, 2), "check_kernel": n,
                                        "bench_kernel": n, "sweep_kernel": n, "profile_kernel": len(settings.kernels),
                                        "check_peer": peers, "bench_peer": peers, "sweep_peer": peers, "summarize": 1,
                                        "render_report": 1, "compare_gpus": 1, "report_pages": 1, "comparison_page": 1,
-                                       "report": 1, "head_to_head_point": sum(len(settings.headline_shapes(c)) for c in configured),
+                                       "report": 1, "head_to_head_point": sum(len(settings.headline_shapes(c)) for c in raced),
                                        "cycles_kernel": n, "cycles_peer": peers}
     for name in ("v11", "v12", "v13", "br128", "hybrid_smem", "sdpa_auto", "sdpa_flash", "unfused"):
         assert f"results/nvidia-h200/bench/{name}.json" in proc.stdout
@@ -73,9 +75,11 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     assert "reports/nvidia-h200/report.md" in proc.stdout and "reports/nvidia-h200/sweep.png" in proc.stdout
     for point in ("S1024", "S512", "S16384", "S1024.causal", "S16384.causal", "S4096.bf16", "S4096.gqa", "S4096.d64"):
         assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
-    for run in ("v25.causal", "sdpa_cudnn.causal", "flash_attn_cute.causal", "v25.bf16", "flash_attn_cute.gqa"):
+    for run in ("v25.causal", "sdpa_cudnn.causal", "flash_attn_cute.causal", "v25.bf16", "flash_attn_cute.gqa",
+                "v25.causal_bf16", "v25.d256_bf16"):
         assert all(f"results/nvidia-h200/{stage}/{run}.json" in proc.stdout for stage in ("bench", "sweep", "cycles"))
     assert "results/nvidia-h200/cycles/flash_attn_cute.json" in proc.stdout
+    assert "head_to_head/S1024.causal_bf16.json" not in proc.stdout
     assert "results/nvidia-h200/head_to_head.csv" in proc.stdout and "results/nvidia-h200/cycles.csv" in proc.stdout
 
 

@@ -114,26 +114,30 @@ def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, go
     the best version's efficiency per cycle at the case (where asked: efficiency_case not None) and
     from its long_s up (where asked); and where goal.next.cycles_of asks, its cycles over those of the
     other configuration's best version (`reference`: that one's rows of its cycles table) at the case and
-    at each S from min_s. Judged where every such point and count is there; None without a head-to-head
-    and cycle counts."""
-    if not verdicts or cycles is None or cycles.empty:
+    at each S from min_s. Judged where every such point and count is there. Without a head-to-head (a
+    configuration whose rivals are none) at the lengths the best version was counted at, but its ragged
+    ones; None without its cycle counts."""
+    best = verdicts["best"] if verdicts else line_best(meta)
+    mine = cycles[cycles.kernel == best] if cycles is not None and best else None
+    if mine is None or mine.empty:
         return None
     factor = {k["name"]: goal.next.factors[k["backend"]] for k in meta["kernels"]
               if k["kind"] == "peer" and k.get("backend") in goal.next.factors}
+    ragged = set((meta.get("sweep") or {}).get("ragged", []))
+    points = verdicts["points"] if verdicts else [{"where": _where(r.is_case, r.S), "S": int(r.S), "is_case": bool(r.is_case)}
+                                                  for r in mine.itertuples() if r.is_case or int(r.S) not in ragged]
     ratios = [{"where": p["where"], "rival": p["rival"], "factor": factor[p["rival"]], "graph_low": p["graph"]["ci_low"],
                "cycles": p["cycles_ratio"]}
-              for p in verdicts["points"] if p["rival"] in factor and (p["is_case"] or p["S"] >= goal.next.min_s)]
+              for p in points if p.get("rival") in factor and (p["is_case"] or p["S"] >= goal.next.min_s)]
     for r in ratios:
         r["met"] = r["cycles"] is not None and min(r["graph_low"], r["cycles"]) >= r["factor"]
-    mine = cycles[cycles.kernel == verdicts["best"]]
     efficiency = [{"where": _where(r.is_case, r.S), "efficiency": float(r.efficiency_per_cycle),
                    "floor": goal.next.efficiency_case if r.is_case else goal.next.efficiency_long}
                   for r in mine.itertuples() if (r.is_case and goal.next.efficiency_case is not None)
                   or (not r.is_case and r.S >= goal.next.long_s and goal.next.efficiency_long is not None)]
     for e in efficiency:
         e["met"] = e["efficiency"] >= e["floor"]
-    wheres = list(dict.fromkeys(p["where"] for p in verdicts["points"]
-                                if p["is_case"] or p["S"] >= goal.next.min_s))
+    wheres = list(dict.fromkeys(p["where"] for p in points if p["is_case"] or p["S"] >= goal.next.min_s))
     against = _cycles_against(mine, reference, wheres, goal.next.cycles_of)
     missing = _next_goal_missing(wheres, factor, ratios, efficiency, goal.next)
     missing += [f"{a['lacks']}'s cycles at {a['where']}" for a in against if a["ratio"] is None]
@@ -142,7 +146,7 @@ def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, go
     misses += [f"{100 * e['efficiency']:.1f}% per cycle at {e['where']}" for e in efficiency if not e["met"]]
     misses += [f"{a['ratio']:.3f}x {goal.next.cycles_of['configuration']}'s cycles at {a['where']}" for a in against
                if a["ratio"] is not None and not a["met"]]
-    return {"best": verdicts["best"], "ratios": ratios, "efficiency": efficiency, "cycles_of": against,
+    return {"best": best, "ratios": ratios, "efficiency": efficiency, "cycles_of": against,
             "complete": complete, "reached": complete and not misses, "misses": misses, "missing": missing,
             "factors": factor}
 
@@ -327,7 +331,7 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
         checked = summary[(summary.series == "check") & summary.kernel.isin(line)]
         here = {k["name"] for k in meta["kernels"]}
         goals.append({"configuration": configuration, "verdicts": ctx["goal_verdicts"], "next_goal": ctx["next_goal"],
-                      "ragged": ctx["ragged"]})
+                      "ragged": ctx["ragged"], "unraced": bool(meta.get("head_to_head")) and not meta["head_to_head"]["rivals"]})
         parts.append({**ctx, "meta": meta, "configuration": configuration, "first": i == 0,
                       "figures": FIGURES if i == 0 else None, "correctness": correctness(checked, line),
                       "commits": commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")]),
