@@ -542,6 +542,26 @@ def test_v25_in_bf16_and_on_grouped_kv_heads_keeps_the_fp16_builds_turns(records
             assert [len(turn) for turn in _turns(sass_text)] == pytest.approx(fp16_turns[name], abs=2)
 
 
+@pytest.mark.parametrize("fp16, bf16", [("v25", "v25.bf16"), ("v25.causal", "v25.causal_bf16"),
+                                        ("v25.gqa", "v25.gqa_bf16"), ("v25.d64", "v25.d64_bf16"),
+                                        ("v25.d256", "v25.d256_bf16")])
+def test_each_bf16_twin_is_its_fp16_configurations_build_on_bf16_wgmma(records, built, fp16, bf16):
+    """bf16 in every configuration: each configuration's bf16 twin builds as it does in fp16, with the same
+    registers, spill and stack, the same wgmma in each entry, every one of them on bf16, and its turns."""
+    twin, base = records[(bf16, "sm_90a")], records[(fp16, "sm_90a")]
+    assert twin["launch"] == {**base["launch"], "dtype": "bf16"}
+    assert twin["defines"] == {**base["defines"], "FLASH_BF16": 1}
+    for key in ("registers", "spill_bytes", "stack_frame_bytes", "smem_bytes"):
+        assert twin[key] == base[key], key
+    base_entries = _functions(_sass(base, built))
+    for name, sass_text in _functions(_sass(twin, built)).items():
+        gmma = [line for line in _instructions(sass_text) if "HGMMA" in line]
+        assert len(gmma) == sum("HGMMA" in line for line in _instructions(base_entries[name])) and gmma
+        assert all(".BF16" in line for line in gmma)
+        assert [len(turn) for turn in _turns(sass_text)] == pytest.approx(
+            [len(turn) for turn in _turns(base_entries[name])], abs=2)
+
+
 def test_v25_at_head_dims_64_and_256_takes_its_tiles_from_d(records, built):
     """FLASH_HEAD_DIM=64: one box of 64 head columns a row, QK on wgmma N=128 over 4 k-steps, PV on N=64,
     three consumer warpgroups (row tiles of 192);
