@@ -178,20 +178,22 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("S", [1000, 150])
-@pytest.mark.parametrize("dtype, kv_heads, D", [("bfloat16", 6, 128), ("float16", 2, 128), ("float16", 1, 128),
-                                                ("float16", 6, 64), ("float16", 6, 256)])
-def test_bf16_grouped_kv_heads_and_other_head_dims_agree_with_sdpa(layout, S, dtype, kv_heads, D, tmp_path, monkeypatch):
-    """bf16 (6 heads of K and V for 6 of Q), fp16 on grouped K/V heads (3 query heads a K/V head, GQA, and
-    all 6 on one, MQA), and fp16 at D=64 and D=256."""
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("kv_heads, D, causal", [(6, 128, True), (2, 128, False), (1, 128, False), (6, 64, False),
+                                                 (6, 256, False)])
+def test_bf16_grouped_kv_heads_and_other_head_dims_agree_with_sdpa(layout, S, dtype, kv_heads, D, causal, tmp_path,
+                                                                     monkeypatch):
+    """In fp16 and in bf16 (every configuration has its bf16 twin): under the mask, on grouped K/V heads (3
+    query heads a K/V head, GQA, and all 6 on one, MQA), and at D=64 and D=256."""
     torch = _torch()
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
     B, H = 2, 6
     shape = lambda heads: (B, S, heads, D) if layout == "bshd" else (B, heads, S, D)  # noqa: E731
     q = torch.randn(shape(H), device="cuda", dtype=getattr(torch, dtype))
     k, v = (torch.randn(shape(kv_heads), device="cuda", dtype=q.dtype) for _ in range(2))
-    out = flashbench.flash_attention(q, k, v, layout=layout)
+    out = flashbench.flash_attention(q, k, v, causal=causal, layout=layout)
     assert out.shape == q.shape and out.dtype == q.dtype
-    _agrees(torch, out, q, k, v, False, layout)
+    _agrees(torch, out, q, k, v, causal, layout)
 
 
 @pytest.mark.gpu
