@@ -1,4 +1,3 @@
-import contextlib
 import fcntl
 import functools
 import importlib
@@ -127,26 +126,6 @@ def with_stub(tmp_path: Path, name: str, script: str) -> dict:
     stub.write_text(f"#!/bin/sh\n{script}\n")
     stub.chmod(0o755)
     return {**os.environ, "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
-
-
-class LockWatch:
-    """A stand-in for a stage's `hold` (the GPU's lock), and the steps it saw: each as (what, whether
-    it ran while the GPU was held)."""
-
-    def __init__(self):
-        self.depth, self.steps = 0, []
-
-    @contextlib.contextmanager
-    def hold(self):
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-
-    def step(self, what: str, result=""):
-        self.steps.append((what, self.depth > 0))
-        return result
 
 
 def a_gpu_here(tmp_path: Path, line: str = "NVIDIA H200, 9.0, 00000000:19:00.0") -> dict:

@@ -10,7 +10,7 @@ import pytest
 from flashbench import FlashbenchError, cycles
 from flashbench.config import Shape
 
-from conftest import LockWatch, with_stub
+from conftest import with_stub
 
 CASE = Shape(1, 64, 1024, 128)
 LONG = Shape(1, 64, 8192, 128)
@@ -104,32 +104,33 @@ def test_ncu_is_told_to_leave_the_clocks_and_count_only_the_marked_range():
 
 def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_another(tmp_path, monkeypatch,
                                                                                      records_settings):
-    """The parent never touches the GPU: the driver ncu runs names what ran and at which lengths."""
-    import contextlib
+    """The parent never touches the GPU: the driver ncu runs holds it, for the parent's stage, and names
+    what ran, at which lengths and on what GPU; where it could not hold the GPU the stage fails."""
     import json
 
     import records
-    from flashbench import cli, gpu
+    from flashbench import cli
     from flashbench.files import write_json
 
     check = tmp_path / "check" / "v14.json"
     write_json(check, {"kernel": "v14", "gate": records.GATE, "inputs": records.INPUTS, "passed": True, "reason": None,
                        "shapes": [], "cubin_sha256": "a" * 64, "provenance": records.provenance("v14")})
-    ran_as = {"identity": {"cubin_sha256": "a" * 64}, "shapes": [CASE.as_dict()]}
+    said = {"identity": {"cubin_sha256": "a" * 64}, "shapes": [CASE.as_dict()], "provenance": records.provenance("v14")}
+    drivers = []
 
-    holds = []
-
-    def fake_count(ncu, target, shapes, launches, progress, hold):
-        with hold():  # the GPU held while ncu runs the driver, and only then
-            holds.append("ncu")
-        write_json(target[target.index("--identity-out") + 1], ran_as)
+    def fake_count(ncu, target, shapes, launches, progress):
+        drivers.append(target[target.index("--hold-for") + 1])
+        write_json(target[target.index("--identity-out") + 1], said)
+        if "not_held" in said:
+            raise FlashbenchError("ncu failed: ==ERROR== The application returned an error code (1).")
         page = [(M, 1, 1)] + [k for _ in range(launches) for k in (("flash_attention_forward", 98600, 55000), (M, 1, 1))]
         return cycles.parse_kernels(raw_page(page)), "Version 2025.3"
 
-    monkeypatch.setattr(cli, "_gpu_held", lambda what: contextlib.nullcontext(holds.append(what)))
-    monkeypatch.setattr(gpu, "require", lambda: None)
+    def never(what, exclusive=True):
+        raise AssertionError(f"the parent took the GPU's lock for {what}")
+
+    monkeypatch.setattr(cli, "_gpu_held", never)
     monkeypatch.setattr(cycles, "count", fake_count)
-    monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("v14"))
     out = tmp_path / "cycles" / "v14.json"
     cubin, record = tmp_path / "v14.cubin", tmp_path / "v14.json"  # handed on to the driver, never read here
     cubin.write_bytes(b"")
@@ -141,26 +142,58 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
     record = json.loads(out.read_text())
     assert [p["S"] for p in record["points"]] == [1024] and record["points"][0]["cycles"] == 98600
     assert record["cubin_sha256"] == "a" * 64 and record["sm_count"] == 132 and record["counted"]
-    assert holds == ["cycles v14", "ncu"]  # the lock taken for ncu's run alone
-    ran_as["identity"] = {"cubin_sha256": "b" * 64}  # not the cubin that passed its check
+    assert record["provenance"] == said["provenance"] and drivers == ["cycles v14"]  # its hold named for the stage
+    said["identity"] = {"cubin_sha256": "b" * 64}  # not the cubin that passed its check
     assert cli.main(args) == 1
-
-    def no_lock(what):  # the lock cannot be held: the stage fails, nothing recorded as ncu's
-        raise FlashbenchError("cannot open the GPU lock /nowhere/flashbench-gpu.lock")
-
     out.unlink()
-    monkeypatch.setattr(cli, "_gpu_held", no_lock)
+    said.clear()
+    said["not_held"] = "cannot open the GPU lock /nowhere/flashbench-gpu.lock"  # the stage fails, nothing recorded
     assert cli.main(args) == 1 and not out.exists()
 
 
-def test_count_holds_the_gpu_while_ncu_runs_the_driver_and_reads_its_report_after(monkeypatch):
-    lock = LockWatch()
-    monkeypatch.setattr(cycles, "run", lambda cmd, what: lock.step(what))
-    monkeypatch.setattr(cycles, "raw_page", lambda ncu, report: lock.step("ncu --page raw"))
-    monkeypatch.setattr(cycles, "parse_kernels", lambda raw: [])
-    monkeypatch.setattr(cycles, "version", lambda ncu: lock.step("ncu --version", "v"))
-    cycles.count("ncu", ["--peer", "sdpa_cudnn"], [CASE], 3, progress=lambda m: None, hold=lock.hold)
-    assert lock.steps == [("ncu", True), ("ncu --page raw", False), ("ncu --version", False)]
+def test_the_driver_holds_the_gpu_from_its_first_launch_to_its_last_and_says_on_what(tmp_path, monkeypatch,
+                                                                                    records_settings):
+    """launch-marked takes the GPU's lock itself once its imports are done (ncu's start and Python's hold
+    nothing), names the hold for the stage that runs it, and writes what ran with the provenance read
+    while it held; where the lock cannot be held it says why and fails."""
+    import contextlib
+
+    import records
+    from flashbench import cli, gpu
+    from flashbench.files import read_json
+
+    steps = []
+
+    @contextlib.contextmanager
+    def held(what, exclusive=True):
+        steps.append(("hold", what))
+        yield
+        steps.append(("release", what))
+
+    class Impl:
+        name, identity = "sdpa_auto", {"torch": "2.11", "backend": "auto"}
+
+    monkeypatch.setattr(cli, "_gpu_held", held)
+    monkeypatch.setattr(cli, "_import_peer_libraries", lambda settings, names: steps.append(("import", names[0])))
+    monkeypatch.setattr(cli, "_kernel", lambda a: steps.append(("load", a.peer)) or Impl())
+    monkeypatch.setattr(cycles, "launch_marked", lambda impl, shapes, launches: steps.append(("launch", launches))
+                        or shapes[:1])
+    monkeypatch.setattr(gpu, "provenance", lambda: steps.append(("provenance", None)) or records.provenance("x"))
+    out = tmp_path / "ran.json"
+    argv = ["launch-marked", *records_settings, "--peer", "sdpa_auto", "--hold-for", "cycles sdpa_auto",
+            "--identity-out", str(out)]
+    assert cli.main(argv) == 0
+    assert [s[0] for s in steps] == ["import", "hold", "load", "launch", "provenance", "release"]
+    assert steps[1] == ("hold", "cycles sdpa_auto")
+    ran = read_json(out)
+    assert ran["identity"] == Impl.identity and ran["shapes"] == [records.CASE] and ran["provenance"]["gpu"]
+
+    def no_lock(what, exclusive=True):
+        raise FlashbenchError("cannot open the GPU lock /nowhere/flashbench-gpu.lock")
+
+    monkeypatch.setattr(cli, "_gpu_held", no_lock)
+    assert cli.main(argv) == 1
+    assert read_json(out) == {"not_held": "cannot open the GPU lock /nowhere/flashbench-gpu.lock"}
 
 
 def test_each_profiled_launch_has_inputs_of_its_own_made_before_the_profiled_range():

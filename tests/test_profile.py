@@ -6,7 +6,7 @@ from flashbench import config
 from flashbench.profile import (METRICS, STALL_METRIC, STALLS, chain_map, line_map, metrics_of, parse_raw,
                                 parse_sass_samples, section_lines, softmax_lines, stall_lines)
 
-from conftest import ROOT, LockWatch
+from conftest import ROOT
 
 KERNEL_SOURCES = sorted({k.source for k in config.load(ROOT / "config.yaml").kernels})
 
@@ -129,18 +129,23 @@ def test_stall_lines_rank_source_lines_and_measure_the_softmax():
     assert result["top_lines"][0]["softmax"] and not result["top_lines"][1]["softmax"]
 
 
-def test_profile_holds_the_gpu_while_ncu_profiles_and_reads_its_report_after(monkeypatch, tmp_path):
+def test_profile_runs_ncu_over_its_driver_and_reads_the_report_after(monkeypatch, tmp_path):
+    """ncu runs launch-once with the driver's options (which hold the GPU for the profile); the report is
+    read once it is done."""
     from flashbench import profile as profile_module
 
-    lock = LockWatch()
-    monkeypatch.setattr(profile_module, "run", lambda cmd, what: lock.step(what))
-    monkeypatch.setattr(profile_module, "raw_page", lambda ncu, report: lock.step("ncu --page raw"))
+    steps = []
+    monkeypatch.setattr(profile_module, "run", lambda cmd, what: steps.append((what, cmd)) or "")
+    monkeypatch.setattr(profile_module, "raw_page", lambda ncu, report: steps.append(("ncu --page raw", None)) or "")
     monkeypatch.setattr(profile_module, "parse_raw", lambda raw: {})
     monkeypatch.setattr(profile_module, "parse_sass_samples", lambda page: {})
     monkeypatch.setattr(profile_module, "metrics_of", lambda raw: {})
     monkeypatch.setattr(profile_module, "version", lambda ncu: "v")
     monkeypatch.setattr(profile_module.shutil, "which", lambda name: None)  # no nvdisasm: the metrics alone
+    driver = ["--hold-for", "profile v14", "--identity-out", str(tmp_path / "ran.json")]
     readings = profile_module.profile("ncu", tmp_path / "v14.cubin", tmp_path / "v14.json", tmp_path / "v14.cu",
-                                      config.Shape(1, 64, 1024, 128), progress=lambda m: None, hold=lock.hold)
-    assert lock.steps == [("ncu", True), ("ncu --page raw", False), ("ncu --page source", False)]
+                                      config.Shape(1, 64, 1024, 128), progress=lambda m: None, driver=driver)
+    assert [what for what, _ in steps] == ["ncu", "ncu --page raw", "ncu --page source"]
+    launched = steps[0][1]
+    assert launched[launched.index("launch-once"):][-4:] == driver
     assert readings["lines_reason"].startswith("nvdisasm not found")

@@ -108,26 +108,35 @@ def _gpu_held(what: str, exclusive: bool = True):
         yield
 
 
-class _NotHeld(FlashbenchError):
-    """The GPU could not be held (no GPU, no lock): the stage fails, where ncu's own failure is recorded."""
-
-
-def _held_for_ncu(what: str, state: dict):
-    """A `hold` for profile.profile and cycles.count: the GPU held while ncu runs, and the run's
-    provenance read before it is let go (into `state`); a failure to hold it raised as _NotHeld."""
+@contextmanager
+def _held_by_driver(what: str, out: str | None):
+    """The hold of a driver ncu runs (launch-once, launch-marked), taken once its imports are done, so that
+    neither ncu's start nor Python's holds the GPU: `what` names the stage it runs for. At `out` it says
+    what it ran (the dict it yields) and on what (provenance, read while it holds), or, where the GPU
+    could not be held, why (`not_held`: its parent's stage then fails, where ncu's own failure is
+    recorded)."""
     from . import gpu
 
-    @contextmanager
-    def hold():
-        with ExitStack() as held:
-            try:
-                held.enter_context(_gpu_held(what))
-            except FlashbenchError as e:
-                raise _NotHeld(str(e)) from None
-            yield
-            state["provenance"] = gpu.provenance()
+    with ExitStack() as held:
+        try:
+            held.enter_context(_gpu_held(what))
+        except FlashbenchError as e:
+            if out:
+                write_json(out, {"not_held": str(e)})
+            raise
+        ran = {}
+        yield ran
+        if out:
+            write_json(out, {**ran, "provenance": gpu.provenance()})
 
-    return hold
+
+def _driver_said(path: Path, failure: FlashbenchError) -> dict:
+    """What a driver wrote at its --identity-out; where it could not hold the GPU, or wrote nothing
+    (`failure`: ncu's), the stage fails."""
+    said = read_json(path) if path.is_file() else {"not_held": f"{failure}"}
+    if "not_held" in said:
+        raise FlashbenchError(said["not_held"])
+    return said
 
 
 def _import_peer_libraries(settings, names: list[str]) -> None:
@@ -317,13 +326,16 @@ def cmd_launch_once(a) -> None:
     """What ncu profiles: one launch of a kernel on random inputs (a shape it cannot run is refused)."""
     import cupy as cp
 
-    with _gpu_held(f"launch-once {_name(a)}"):  # under `profile`, its parent holds the GPU already
+    with _held_by_driver(a.hold_for or f"launch-once {_name(a)}", a.identity_out) as ran:
         kernel = _kernel(a)
         kernel(*kernel.inputs(a.shape, cp.random.default_rng(0), a.inputs))
         cp.cuda.runtime.deviceSynchronize()
+        ran["identity"] = kernel.identity
 
 
 def cmd_profile(a) -> None:
+    import tempfile
+
     from .profile import profile
 
     check = read_record(a.check, "check")
@@ -333,18 +345,21 @@ def cmd_profile(a) -> None:
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
     if not Path(record["source"]).is_file():  # where the stalls are read against
         raise FlashbenchError(f"{a.record}: its source {record['source']} is not there: run from the repository root")
-    shape, held = _run_settings(a).case, {}
-    try:  # the GPU held while ncu profiles; its report is read beside the next job's GPU work
-        readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(record["source"]), shape, progress=_progress,
-                           hold=_held_for_ncu(f"profile {record['kernel']}", held))
-    except _NotHeld:
-        raise
-    except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
-        _write_record(a, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
-        print(f"{check['kernel']}: not profiled, {e}")
-        return
+    shape = _run_settings(a).case
+    with tempfile.TemporaryDirectory() as tmp:  # the driver holds the GPU while ncu profiles its launch
+        said = Path(tmp) / "ran.json"
+        try:
+            readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(record["source"]), shape, progress=_progress,
+                               driver=["--hold-for", f"profile {record['kernel']}", "--identity-out", str(said)])
+        except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
+            _driver_said(said, e)
+            _write_record(a, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
+            print(f"{check['kernel']}: not profiled, {e}")
+            return
+        ran = _driver_said(said, FlashbenchError(f"{record['kernel']}: ncu's driver said nothing of what it ran"))
+    _same_as_checked(record["kernel"], ran["identity"], check)
     _write_record(a, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
-                       "cubin_sha256": record["cubin_sha256"], **readings, "provenance": held["provenance"]})
+                       "cubin_sha256": record["cubin_sha256"], **readings, "provenance": ran["provenance"]})
     m = readings["metrics"]
     print(f"{record['kernel']}: " + ", ".join(f"{key} {m[key]}" for key in ("duration_us", "lsu_pipe_pct", "registers",
                                                                           "achieved_occupancy_pct")))
@@ -434,25 +449,24 @@ def cmd_cycles(a) -> None:
         return
     run = a.settings.run(check["kernel"])  # the check's: the record of a build need not be read for it
     settings = a.settings.in_configuration(run.configuration)
-    configuration, held = run.configuration.name, {}
-    with tempfile.TemporaryDirectory() as tmp:  # the GPU held while ncu runs the driver alone
+    configuration = run.configuration.name
+    with tempfile.TemporaryDirectory() as tmp:  # the driver holds the GPU while ncu counts its calls
         identity_file = Path(tmp) / "identity.json"
         target = ["--settings", a.settings_file] + (["--peer", a.peer] if a.peer else ["--cubin", a.cubin, "--record", a.record]) \
-            + ["--identity-out", str(identity_file)]
+            + ["--hold-for", f"cycles {check['kernel']}", "--identity-out", str(identity_file)]
         try:
             kernels, ncu_version = count(a.ncu, target, settings.cycle_shapes(check["kernel"]), launches,
-                                         progress=_progress, hold=_held_for_ncu(f"cycles {check['kernel']}", held))
-        except _NotHeld:
-            raise
+                                         progress=_progress)
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
+            _driver_said(identity_file, e)
             _write_record(a, {"kernel": check["kernel"], "configuration": configuration, "counted": False,
                                "reason": str(e)})
             print(f"{check['kernel']}: not counted, {e}")
             return
-        ran = read_json(identity_file)
+        ran = _driver_said(identity_file, FlashbenchError(f"{check['kernel']}: ncu's driver said nothing of what ran"))
         _same_as_checked(check["kernel"], ran["identity"], check)
         readings = {"points": points(kernels, [Shape(**s) for s in ran["shapes"]], launches), "ncu": ncu_version}
-        provenance = held["provenance"]
+        provenance = ran["provenance"]
     _write_record(a, {"kernel": check["kernel"], "configuration": configuration, "counted": True, "reason": None,
                        **ran["identity"], "sm_count": provenance["sm_count"], **readings, "provenance": provenance})
     print(f"{check['kernel']}: " + ", ".join(f"S={p['S']} {p['cycles'] / 1e3:.1f}k cycles" for p in readings["points"]))
@@ -464,11 +478,11 @@ def cmd_launch_marked(a) -> None:
 
     settings = _run_settings(a)
     launches = _asked_for(settings.cycles, "cycle counts", "key 'cycles'")["launches"]
-    with _gpu_held(f"launch-marked {_name(a)}"):  # under `cycles`, its parent holds the GPU already
+    _import_peer_libraries(a.settings, [_name(a)])
+    with _held_by_driver(a.hold_for or f"launch-marked {_name(a)}", a.identity_out) as ran:
         impl = _kernel(a)
-        ran = launch_marked(impl, settings.cycle_shapes(impl.name), launches)
-        if a.identity_out:
-            write_json(a.identity_out, {"identity": impl.identity, "shapes": [s.as_dict() for s in ran]})
+        shapes = launch_marked(impl, settings.cycle_shapes(impl.name), launches)
+        ran.update(identity=impl.identity, shapes=[s.as_dict() for s in shapes])
 
 
 def cmd_summarize(a) -> None:
@@ -709,6 +723,13 @@ def _settings_option(p) -> None:
     p.add_argument("--settings", dest="settings_file", required=True, help=SETTINGS_HELP)
 
 
+def _driver_options(p, said: str) -> None:
+    """A driver's options (launch-once, launch-marked): what its hold of the GPU is for, where to say what ran."""
+    p.add_argument("--hold-for", help="what the GPU is held for, as the lock's journal names it (the stage that runs "
+                                      "this under ncu: profile v25, cycles v25)")
+    p.add_argument("--identity-out", type=output_file(".json"), help=f"write {said} here")
+
+
 def _depends_on_option(p) -> None:
     p.add_argument("--depends-on", nargs="*", default=[], type=input_file(),
                    help="the job's inputs: the record names each with its sha256 (the workflow's rule passes them)")
@@ -745,8 +766,7 @@ def parser() -> argparse.ArgumentParser:
         _implementation_options(s)
         s.set_defaults(run=fn)
         if name == "launch-marked":
-            s.add_argument("--identity-out", type=output_file(".json"),
-                           help="write what ran (cubin hash, library versions) and at which shapes here")
+            _driver_options(s, "what ran (cubin hash, library versions), at which shapes, and the provenance")
             continue
         if name != "check":
             s.add_argument("--check", type=input_file(".json"), required=True, help="its check record")
@@ -761,6 +781,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--shape", type=_shape, required=True, help="JSON {B, H, S, D}")
     s.add_argument("--inputs", choices=attention.INPUT_KINDS, default="normal",
                    help="the kind of random input (compute-sanitizer runs the rare paths on the others)")
+    _driver_options(s, "what ran (the cubin's hash) and the provenance")
     s.set_defaults(run=cmd_launch_once, peer=None)
 
     s = sub.add_parser("profile", help="Nsight Compute readings of a kernel that passed its check, at the case")

@@ -15,7 +15,6 @@ takes: 4·B·H·S²·D / (cycles × SMs × 4096), Hopper's dense fp16 FLOP per S
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import statistics
@@ -164,16 +163,14 @@ def efficiency_per_cycle(shape: Shape, cycles: float, sm_count: int, causal: boo
     return attention.flops(shape, causal) / (cycles * sm_count * DENSE_FP16_FLOP_PER_SM_CYCLE)
 
 
-def count(ncu: str, target: list[str], shapes: list[Shape], launches: int, progress=print,
-          hold=contextlib.nullcontext) -> tuple[list[dict], str]:
+def count(ncu: str, target: list[str], shapes: list[Shape], launches: int, progress=print) -> tuple[list[dict], str]:
     """Run ncu over the driver for `target` (driver_command), which makes `launches` calls at each of
-    `shapes`: the kernels it profiled (parse_kernels) and ncu's version. `hold()`: the GPU's lock, held
-    while ncu runs the driver (reading its report needs no GPU)."""
+    `shapes`: the kernels it profiled (parse_kernels) and ncu's version. The driver holds the GPU's lock
+    from its first use of the GPU to its last (cli.cmd_launch_marked); reading the report needs none."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "cycles"
-        with hold():
-            progress(f"cycles: ncu over {launches} calls at {', '.join(f'S={s.S}' for s in shapes)}")
-            run(command(ncu, report, driver_command(target)), "ncu")
+        progress(f"cycles: ncu over {launches} calls at {', '.join(f'S={s.S}' for s in shapes)}")
+        run(command(ncu, report, driver_command(target)), "ncu")
         raw = raw_page(ncu, f"{report}.ncu-rep")
     return parse_kernels(raw), version(ncu)
 

@@ -5,8 +5,10 @@ Every stage that times or profiles on a GPU (bench, sweep, head-to-head, profile
 tests) holds its lock exclusively; a check holds it shared, and a compile every GPU's lock shared, so
 that checks and builds run beside each other (a check's verdict does not depend on what runs beside
 it) but never beside a timing. Two runs from two checkouts, or a run and the GPU tests, queue on the same file.
-A process started by the holder (ncu's profiled launch) is marked by FLASHBENCH_GPU_LOCK_HELD and
-does not take the lock again. Each hold is appended to a journal beside the lock, so that overlaps
+Under Nsight Compute the driver ncu starts takes the lock itself, once its imports are done, for the
+stage that runs it (profile, cycles): neither ncu's start nor Python's holds the GPU. A process
+started by a holder (a GPU test's command) is marked by FLASHBENCH_GPU_LOCK_HELD and does not take
+the lock again. Each hold is appended to a journal beside the lock, so that overlaps
 can be looked for afterwards (`overlapping`).
 """
 from __future__ import annotations

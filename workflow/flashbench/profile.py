@@ -7,7 +7,6 @@ lines the warps wait on, and whether the softmax is among them.
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -44,13 +43,14 @@ TOP_LINES = 5  # ncu's "top stall locations": the stall list the chapter speaks 
 SOFTMAX_MARKER = "online softmax"  # the section comment every version opens its softmax with
 
 
-def command(ncu: str, report: Path, cubin: Path, record: Path, shape: Shape) -> list[str]:
+def command(ncu: str, report: Path, cubin: Path, record: Path, shape: Shape, driver: list[str] = ()) -> list[str]:
+    """ncu over `python -m flashbench launch-once` (with `driver`, its further options)."""
     metrics = list(METRICS.values()) + [STALL_METRIC.format(s) for s in STALLS]
     return [ncu, "--clock-control", "none", "--kernel-name", KERNEL_NAME, "--launch-count", "1",
             *[a for s in SECTIONS for a in ("--section", s)], "--metrics", ",".join(metrics),
             "--export", str(report), "--force-overwrite",
             sys.executable, "-m", "flashbench", "launch-once", "--cubin", str(cubin), "--record", str(record),
-            "--shape", json.dumps(shape.as_dict())]
+            "--shape", json.dumps(shape.as_dict()), *driver]
 
 
 def number(text: str) -> float | None:
@@ -206,15 +206,15 @@ def version(ncu: str) -> str:
 
 
 def profile(ncu: str, cubin: Path, record: Path, source: Path, shape: Shape, progress=print,
-            hold=contextlib.nullcontext) -> dict:
+            driver: list[str] = ()) -> dict:
     """Profile one kernel: the metrics, the stall reasons and where in `source` the warps stall
-    (that last part needs nvdisasm, from the CUDA toolkit; without it the record says so). `hold()`:
-    the GPU's lock, held while ncu profiles (reading its report and the SASS needs no GPU)."""
+    (that last part needs nvdisasm, from the CUDA toolkit; without it the record says so). The driver
+    ncu runs (launch-once, with `driver` its further options) holds the GPU's lock while it launches
+    (reading the report and the SASS needs no GPU)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "profile"
-        with hold():
-            progress(f"profile {cubin.stem}: ncu at {shape} (several replays of one launch)")
-            run(command(ncu, report, cubin, record, shape), "ncu")
+        progress(f"profile {cubin.stem}: ncu at {shape} (several replays of one launch)")
+        run(command(ncu, report, cubin, record, shape, driver), "ncu")
         rep = f"{report}.ncu-rep"
         raw = parse_raw(raw_page(ncu, rep))
         samples = parse_sass_samples(run([ncu, "--import", rep, "--page", "source", "--print-source", "sass",
