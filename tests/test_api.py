@@ -54,13 +54,13 @@ def call(q, k=None, v=None, **kw):
     ((Stand((2, 0, 3, 128)),), {}, "an empty input, [B, H, S, D] = [2, 3, 0, 128]"),
     ((Stand(BSHD, dtype="torch.float32"),), {}, "float32 inputs; the line runs fp16 and bf16"),
     ((Stand(BSHD), Stand(BSHD, dtype="torch.bfloat16")), {}, "q, k and v have different element types (bfloat16, float16)"),
-    ((Stand((2, 1000, 8, 128), dtype="torch.bfloat16"), Stand((2, 1000, 2, 128), dtype="torch.bfloat16"),
-      Stand((2, 1000, 2, 128), dtype="torch.bfloat16")), {"causal": True},
-     "mask causal, D=128, bf16, grouped K/V heads is not a configuration the line runs; it runs dense (mask none, "
+    ((Stand((2, 1000, 8, 64), dtype="torch.bfloat16"), Stand((2, 1000, 2, 64), dtype="torch.bfloat16"),
+      Stand((2, 1000, 2, 64), dtype="torch.bfloat16")), {},
+     "mask none, D=64, bf16, grouped K/V heads is not a configuration the line runs; it runs dense (mask none, "
      "D=128, fp16), causal (mask causal, D=128, fp16), bf16 (mask none, D=128, bf16), gqa (mask none, D=128, fp16, "
      "grouped K/V heads)"),
-    ((Stand((2, 1000, 8, 128)), Stand((2, 1000, 2, 128)), Stand((2, 1000, 2, 128))), {"causal": True},
-     "mask causal, D=128, fp16, grouped K/V heads is not a configuration the line runs"),
+    ((Stand((2, 1000, 8, 256)), Stand((2, 1000, 2, 256)), Stand((2, 1000, 2, 256))), {},
+     "mask none, D=256, fp16, grouped K/V heads is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 64)),), {"causal": True}, "mask causal, D=64, fp16 is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 256)),), {"causal": True}, "mask causal, D=256, fp16 is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 96)),), {}, "mask none, D=96, fp16 is not a configuration the line runs"),
@@ -106,9 +106,13 @@ def test_each_configuration_asks_for_its_best_build(settings):
     assert d256.D == 256 and build.endswith(".d256")
     # bf16 in every configuration: each its own build
     for causal, D, grouped, name in ((True, 128, False, "causal_bf16"), (False, 128, True, "gqa_bf16"),
-                                     (False, 64, False, "d64_bf16"), (False, 256, False, "d256_bf16")):
+                                     (False, 64, False, "d64_bf16"), (False, 256, False, "d256_bf16"),
+                                     (True, 128, True, "gqa_causal_bf16")):
         configuration, build = api.configuration_for(settings, causal, D, "bf16", grouped=grouped)
         assert configuration.name == name and configuration.dtype == "bf16" and build == f"v25.{name}"
+    # grouped K/V heads under the mask: a decoder's attention with GQA
+    grouped_causal, build = api.configuration_for(settings, True, 128, "fp16", grouped=True)
+    assert grouped_causal.causal and grouped_causal.kv_group > 1 and build == "v25.gqa_causal"
 
 
 def test_an_input_is_read_as_it_lies_where_tma_can_and_copied_where_it_cannot():
@@ -179,12 +183,12 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("S", [1000, 150])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("kv_heads, D, causal", [(6, 128, True), (2, 128, False), (1, 128, False), (6, 64, False),
-                                                 (6, 256, False)])
+@pytest.mark.parametrize("kv_heads, D, causal", [(6, 128, True), (2, 128, False), (1, 128, False), (2, 128, True),
+                                                 (1, 128, True), (6, 64, False), (6, 256, False)])
 def test_bf16_grouped_kv_heads_and_other_head_dims_agree_with_sdpa(layout, S, dtype, kv_heads, D, causal, tmp_path,
                                                                      monkeypatch):
     """In fp16 and in bf16 (every configuration has its bf16 twin): under the mask, on grouped K/V heads (3
-    query heads a K/V head, GQA, and all 6 on one, MQA), and at D=64 and D=256."""
+    query heads a K/V head, GQA, and all 6 on one, MQA) with and without it, and at D=64 and D=256."""
     torch = _torch()
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
     B, H = 2, 6

@@ -544,7 +544,7 @@ def test_v25_in_bf16_and_on_grouped_kv_heads_keeps_the_fp16_builds_turns(records
 
 @pytest.mark.parametrize("fp16, bf16", [("v25", "v25.bf16"), ("v25.causal", "v25.causal_bf16"),
                                         ("v25.gqa", "v25.gqa_bf16"), ("v25.d64", "v25.d64_bf16"),
-                                        ("v25.d256", "v25.d256_bf16")])
+                                        ("v25.d256", "v25.d256_bf16"), ("v25.gqa_causal", "v25.gqa_causal_bf16")])
 def test_each_bf16_twin_is_its_fp16_configurations_build_on_bf16_wgmma(records, built, fp16, bf16):
     """bf16 in every configuration: each configuration's bf16 twin builds as it does in fp16, with the same
     registers, spill and stack, the same wgmma in each entry, every one of them on bf16, and its turns."""

@@ -58,7 +58,8 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     assert proc.returncode == 0, proc.stderr
     # every kernel build and peer run in each configuration it runs in; the profile in the first
     n, peers = len(settings.kernel_builds()), len(settings.peer_runs())
-    # the head-to-head in each configuration with rivals (the bf16 twins have none: their headline counted alone)
+    # the head-to-head in each configuration with rivals (the bf16 twins and grouped K/V heads under the mask
+    # have none: their headline counted alone)
     raced = [c for c in settings.configurations if settings.rivals_in(c)]
     assert [c.name for c in raced] == ["dense", "causal", "bf16", "gqa", "d64", "d256"]
     assert all(settings.headline_in(c) for c in settings.configurations)
@@ -76,7 +77,7 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
     for point in ("S1024", "S512", "S16384", "S1024.causal", "S16384.causal", "S4096.bf16", "S4096.gqa", "S4096.d64"):
         assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
     for run in ("v25.causal", "sdpa_cudnn.causal", "flash_attn_cute.causal", "v25.bf16", "flash_attn_cute.gqa",
-                "v25.causal_bf16", "v25.d256_bf16"):
+                "v25.causal_bf16", "v25.d256_bf16", "v25.gqa_causal", "v25.gqa_causal_bf16"):
         assert all(f"results/nvidia-h200/{stage}/{run}.json" in proc.stdout for stage in ("bench", "sweep", "cycles"))
     assert "results/nvidia-h200/cycles/flash_attn_cute.json" in proc.stdout
     assert "head_to_head/S1024.causal_bf16.json" not in proc.stdout
