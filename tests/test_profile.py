@@ -149,3 +149,53 @@ def test_profile_runs_ncu_over_its_driver_and_reads_the_report_after(monkeypatch
     launched = steps[0][1]
     assert launched[launched.index("launch-once"):][-4:] == driver
     assert readings["lines_reason"].startswith("nvdisasm not found")
+
+
+def test_launch_once_reads_no_settings_and_holds_the_gpu_for_the_profile(tmp_path, monkeypatch):
+    """What ncu profiles: one launch of the kernel its build describes (no settings: the build says its
+    configuration), the GPU held for the stage that runs it, and what ran said with the provenance."""
+    import contextlib
+    import json
+    import sys
+    from types import SimpleNamespace
+
+    import records
+    from flashbench import cli, gpu
+    from flashbench.files import read_json, write_json
+
+    steps = []
+
+    @contextlib.contextmanager
+    def held(what, exclusive=True):
+        steps.append(("hold", what))
+        yield
+        steps.append(("release", what))
+
+    class Kernel:
+        identity = {"cubin_sha256": "a" * 64}
+
+        def inputs(self, shape, rng, kind):
+            steps.append(("inputs", kind))
+            return ()
+
+        def __call__(self):
+            steps.append(("launch", None))
+
+    def implementation(peer, cubin, record, run=None):
+        steps.append(("load", run))
+        return Kernel()
+
+    monkeypatch.setattr(cli, "_gpu_held", held)
+    monkeypatch.setattr(cli, "_implementation", implementation)
+    monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("v14"))
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(  # what launch-once asks of CuPy, without a GPU
+        random=SimpleNamespace(default_rng=lambda seed: seed),
+        cuda=SimpleNamespace(runtime=SimpleNamespace(deviceSynchronize=lambda: None))))
+    cubin, record, out = tmp_path / "v14.cubin", tmp_path / "v14.json", tmp_path / "ran.json"
+    cubin.write_bytes(b"")
+    write_json(record, records.compile_record("v14", "sm_90a", "kernels/v14.cu"))
+    assert cli.main(["launch-once", "--cubin", str(cubin), "--record", str(record), "--shape",
+                     json.dumps(records.CASE), "--hold-for", "profile v14", "--identity-out", str(out)]) == 0
+    assert steps == [("hold", "profile v14"), ("load", None), ("inputs", "normal"), ("launch", None),
+                     ("release", "profile v14")]
+    assert read_json(out)["identity"] == Kernel.identity and read_json(out)["provenance"]["gpu"]

@@ -327,7 +327,7 @@ def cmd_launch_once(a) -> None:
     import cupy as cp
 
     with _held_by_driver(a.hold_for or f"launch-once {_name(a)}", a.identity_out) as ran:
-        kernel = _kernel(a)
+        kernel = _implementation(None, a.cubin, a.record)  # no settings: its build says its configuration
         kernel(*kernel.inputs(a.shape, cp.random.default_rng(0), a.inputs))
         cp.cuda.runtime.deviceSynchronize()
         ran["identity"] = kernel.identity
