@@ -107,23 +107,28 @@ class Planted(AttentionKernel):
                         heads_per_batch=H, kv_group=H // k.shape[1])
             return o
         super().__call__(q, k, v, o)
+        h, kv = H // 2, (H // 2) // (H // k.shape[1])  # a head, and the K/V head it reads (grouped heads)
+
+        def one_head(length):  # q, k, v and o of that head alone (k and v its K/V head's), their first rows
+            return [a[0:1, head:head + 1, :length].copy() for a, head in ((q, h), (k, kv), (v, kv), (o, h))]
+
         if self.defect == "zero_row":
-            o[0, H // 2, S // 2 + 3] = 0
+            o[0, h, S // 2 + 3] = 0
         elif self.defect == "missing_key_tile" and self.causal:
             # under the mask a block's last key tile is its diagonal: the rows from S/2 on, each seeing the
             # keys up to one tile before its own, from a run whose Q is moved back by one tile
             tile = self.contract["block_cols"]
-            head = [a[0:1, H // 2:H // 2 + 1, :rows.start].copy() for a in (q, k, v, o)]
-            head[0][...] = q[0:1, H // 2:H // 2 + 1, tile:rows.start + tile]
+            head = one_head(rows.start)
+            head[0][...] = q[0:1, h:h + 1, tile:rows.start + tile]
             super().__call__(*head)
-            o[0, H // 2, rows.start:rows.start + tile] = head[3][0, 0, rows.start - tile:rows.start]
+            o[0, h, rows.start:rows.start + tile] = head[3][0, 0, rows.start - tile:rows.start]
         elif self.defect == "missing_key_tile":
             short = S - max(self.smallest_seq_len, self.contract["block_cols"])
-            head = [a[0:1, H // 2:H // 2 + 1, :short].copy() for a in (q, k, v, o)]
+            head = one_head(short)
             super().__call__(*head)
-            o[0, H // 2, rows] = head[3][0, 0, rows]
+            o[0, h, rows] = head[3][0, 0, rows]
         elif self.defect == "unwritten_tile":
-            o[0, H // 2, rows] = attention.poisoned_output(self.cp, Shape(1, 1, rows.stop - rows.start, D), self.dtype)[0, 0]
+            o[0, h, rows] = attention.poisoned_output(self.cp, Shape(1, 1, rows.stop - rows.start, D), self.dtype)[0, 0]
         return o
 
 
@@ -142,7 +147,8 @@ def test_a_defect_planted_in_the_real_kernel_fails_its_check(build, name, defect
 
 @pytest.fixture(scope="module")
 def configured_build(builds):
-    """The builds in a configuration of another element type or of grouped K/V heads (v25.bf16, v25.gqa)."""
+    """The builds in a configuration of another element type or of grouped K/V heads (v25.bf16, v25.gqa,
+    and their twins and grouped builds under the mask and at D=64 and 256)."""
     kernels = {name: kernel for name, kernel in builds.items()
                if kernel.configuration.dtype != "fp16" or kernel.configuration.kv_group > 1}
     if not kernels:
@@ -150,12 +156,18 @@ def configured_build(builds):
     return kernels
 
 
+def at_its_d(kernel, shapes: list[Shape]) -> list[Shape]:
+    """`shapes` at the head dim of `kernel`'s configuration."""
+    return [replace(shape, D=kernel.configuration.D) for shape in shapes]
+
+
 def test_bf16_and_grouped_kv_builds_pass_at_any_seq_len_on_every_kind_of_input(configured_build, gate, settings):
     """In bf16 against plain bf16 code; on grouped K/V heads at the configuration's group, which leaves 3, 5
-    and 7 query heads on one K/V head and 2*SMs+7 on two."""
+    and 7 query heads on one K/V head and 2*SMs+7 on two; each at its configuration's D and mask."""
     for kernel in configured_build.values():
-        shapes = [CASE, Shape(1, 16, 2048, 128), Shape(2, 2 * kernel.sm_count + 8, 384, 128), *RAGGED]
-        result = check_kernel(kernel, shapes, gate, smallest=settings.check_smallest, progress=lambda m: None)
+        shapes = at_its_d(kernel, [CASE, Shape(1, 16, 2048, 128), Shape(2, 2 * kernel.sm_count + 8, 384, 128), *RAGGED])
+        result = check_kernel(kernel, shapes, gate, smallest=settings.check_smallest, progress=lambda m: None,
+                              causal=kernel.causal)
         assert result["passed"], (kernel.name, result["reason"])
         assert {r["inputs"] for r in result["shapes"]} == set(attention.INPUT_KINDS)
         if kernel.configuration.kv_group > 1:
@@ -167,9 +179,11 @@ def test_a_defect_planted_in_a_bf16_or_grouped_build_fails_its_check(configured_
     for kernel in configured_build.values():
         planted = Planted(kernel.cubin, kernel.record, kernel.configuration)
         planted.defect = defect
-        for shape in (CASE, Shape(3, 5, 1000, 128)):
-            assert check_kernel(kernel, [shape], gate, kinds=["normal"], progress=lambda m: None)["passed"]
-            result = check_kernel(planted, [shape], gate, kinds=["normal"], progress=lambda m: None)
+        for shape in at_its_d(kernel, [CASE, Shape(3, 5, 1000, 128)]):
+            assert check_kernel(kernel, [shape], gate, kinds=["normal"], progress=lambda m: None,
+                                causal=kernel.causal)["passed"]
+            result = check_kernel(planted, [shape], gate, kinds=["normal"], progress=lambda m: None,
+                                  causal=kernel.causal)
             assert not result["passed"], (kernel.name, defect, shape)
             assert ("NaN/Inf" in result["reason"]) if defect == "unwritten_tile" else \
                 (f"plain {kernel.dtype}" in result["reason"])
@@ -203,7 +217,9 @@ def causal_build(builds):
 def test_a_causal_kernel_passes_under_the_mask_at_any_seq_len_on_every_kind_of_input(causal_build, gate):
     for kernel in causal_build.values():
         assert kernel.causal
-        shapes = [CASE, Shape(1, 2, 8192, 128), Shape(2, kernel.sm_count + 3, 384, 128), *RAGGED]
+        group = kernel.configuration.kv_group  # more heads than SMs, a whole number of K/V heads
+        shapes = at_its_d(kernel, [CASE, Shape(1, 2, 8192, 128), Shape(2, -(-(kernel.sm_count + 3) // group) * group,
+                                                                     384, 128), *RAGGED])
         result = check_kernel(kernel, shapes, gate, progress=lambda m: None, causal=True)
         assert result["passed"], result["reason"]
         assert {r["inputs"] for r in result["shapes"]} == set(attention.INPUT_KINDS)
@@ -215,7 +231,7 @@ def test_a_causal_kernel_passes_under_the_mask_at_any_seq_len_on_every_kind_of_i
 @pytest.mark.parametrize("defect", ["zero_row", "missing_key_tile", "scale", "unwritten_tile"])
 def test_a_defect_planted_in_a_causal_kernel_fails_its_check(causal_build, defect, gate):
     for kernel in causal_build.values():
-        planted = Planted(kernel.cubin, kernel.record)
+        planted = Planted(kernel.cubin, kernel.record, kernel.configuration)  # its inputs as its configuration's
         planted.defect = defect
         for shape in (CASE, Shape(3, 5, 1000, 128)):
             assert check_kernel(kernel, [shape], gate, kinds=["normal"], progress=lambda m: None, causal=True)["passed"]

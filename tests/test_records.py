@@ -104,3 +104,52 @@ def test_profile_refuses_a_cubin_other_than_the_checked_one(tmp_path, capsys, re
                  "--record", str(record), "--check", str(check), "--out", str(out)]) == 1
     assert "v13 is not what passed its check: cubin_sha256" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_profile_records_what_its_driver_says_it_ran(tmp_path, monkeypatch, capsys, records_settings):
+    """The profile stage holds no GPU: ncu runs launch-once, which holds it for `profile v13` and says what
+    ran and on what GPU; a driver that could not hold the GPU fails the stage, and ncu's own failure,
+    before the driver said anything, is recorded as not profiled."""
+    import json
+
+    from flashbench import profile as profile_module
+    from flashbench.files import read_json, write_json
+
+    from conftest import ROOT
+
+    monkeypatch.chdir(ROOT)  # where the record's source is read
+    paths = records.write(tmp_path, TFLOPS)
+    check, record = paths["checks"][2], tmp_path / "build" / "sm_90" / "v13.json"
+    cubin = record.with_suffix(".cubin")  # handed on to the driver, never read here
+    cubin.write_bytes(b"")
+    readings = {k: v for k, v in records.profile_record("v13", 124).items()
+                if k in ("metrics", "ncu", "stall_samples", "softmax_share", "top_lines", "lines_reason")}
+    said = {"identity": {"cubin_sha256": read_json(record)["cubin_sha256"]}, "provenance": records.provenance("v13")}
+    drivers = []
+
+    def fake_profile(ncu, cubin, record, source, shape, progress, driver):
+        drivers.append(driver[driver.index("--hold-for") + 1])
+        if said:
+            write_json(driver[driver.index("--identity-out") + 1], said)
+        if not said or "not_held" in said:
+            raise FlashbenchError("ncu failed: ==ERROR== The application returned an error code (1).")
+        return readings
+
+    def never(what, exclusive=True):
+        raise AssertionError(f"the parent took the GPU's lock for {what}")
+
+    monkeypatch.setattr(profile_module, "profile", fake_profile)
+    monkeypatch.setattr("flashbench.cli._gpu_held", never)
+    with_stub(tmp_path, "ncu", "exit 1")  # never run: profile is faked
+    out = tmp_path / "profile.json"
+    argv = ["profile", *records_settings, "--ncu", str(tmp_path / "ncu-stub" / "ncu"), "--cubin", str(cubin),
+            "--record", str(record), "--check", str(check), "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    made = json.loads(out.read_text())
+    assert made["profiled"] and made["provenance"] == said["provenance"] and drivers == ["profile v13"]
+    out.unlink()
+    said.clear()  # ncu failed before its driver said anything: recorded, the run goes on
+    assert main(argv) == 0 and not json.loads(out.read_text())["profiled"]
+    out.unlink()
+    said["not_held"] = "cannot open the GPU lock /nowhere/flashbench-gpu.lock"  # the stage fails
+    assert main(argv) == 1 and not out.exists()

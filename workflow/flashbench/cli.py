@@ -130,12 +130,20 @@ def _held_by_driver(what: str, out: str | None):
             write_json(out, {**ran, "provenance": gpu.provenance()})
 
 
-def _driver_said(path: Path, failure: FlashbenchError) -> dict:
-    """What a driver wrote at its --identity-out; where it could not hold the GPU, or wrote nothing
-    (`failure`: ncu's), the stage fails."""
-    said = read_json(path) if path.is_file() else {"not_held": f"{failure}"}
-    if "not_held" in said:
+def _driver_said(path: Path) -> dict | None:
+    """What a driver wrote at its --identity-out (None: nothing, as where ncu or the driver failed before
+    it could say); where it could not hold the GPU, the stage fails."""
+    said = read_json(path) if path.is_file() else None
+    if said and "not_held" in said:
         raise FlashbenchError(said["not_held"])
+    return said
+
+
+def _ran(path: Path, name: str) -> dict:
+    """What the driver ncu ran for `name` wrote once ncu succeeded: there must be something."""
+    said = _driver_said(path)
+    if said is None:
+        raise FlashbenchError(f"{name}: ncu ran, but its driver said nothing of what it ran")
     return said
 
 
@@ -352,11 +360,11 @@ def cmd_profile(a) -> None:
             readings = profile(a.ncu, Path(a.cubin), Path(a.record), Path(record["source"]), shape, progress=_progress,
                                driver=["--hold-for", f"profile {record['kernel']}", "--identity-out", str(said)])
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
-            _driver_said(said, e)
+            _driver_said(said)
             _write_record(a, {"kernel": check["kernel"], "profiled": False, "reason": str(e)})
             print(f"{check['kernel']}: not profiled, {e}")
             return
-        ran = _driver_said(said, FlashbenchError(f"{record['kernel']}: ncu's driver said nothing of what it ran"))
+        ran = _ran(said, record["kernel"])
     _same_as_checked(record["kernel"], ran["identity"], check)
     _write_record(a, {"kernel": record["kernel"], "profiled": True, "reason": None, **shape.as_dict(),
                        "cubin_sha256": record["cubin_sha256"], **readings, "provenance": ran["provenance"]})
@@ -458,12 +466,12 @@ def cmd_cycles(a) -> None:
             kernels, ncu_version = count(a.ncu, target, settings.cycle_shapes(check["kernel"]), launches,
                                          progress=_progress)
         except FlashbenchError as e:  # e.g. no permission for the GPU's counters: say so, the run goes on
-            _driver_said(identity_file, e)
+            _driver_said(identity_file)
             _write_record(a, {"kernel": check["kernel"], "configuration": configuration, "counted": False,
                                "reason": str(e)})
             print(f"{check['kernel']}: not counted, {e}")
             return
-        ran = _driver_said(identity_file, FlashbenchError(f"{check['kernel']}: ncu's driver said nothing of what ran"))
+        ran = _ran(identity_file, check["kernel"])
         _same_as_checked(check["kernel"], ran["identity"], check)
         readings = {"points": points(kernels, [Shape(**s) for s in ran["shapes"]], launches), "ncu": ncu_version}
         provenance = ran["provenance"]
@@ -792,7 +800,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--check", type=input_file(".json"), required=True)
     s.add_argument("--out", type=output_file(".json"), required=True)
     _depends_on_option(s)
-    s.set_defaults(run=cmd_profile)
+    s.set_defaults(run=cmd_profile, peer=None)  # a kernel build: the profile takes no peer
 
     s = sub.add_parser("head-to-head", help="the headline versions against the rivals at one length, paired")
     _settings_option(s)
