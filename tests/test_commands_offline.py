@@ -1,0 +1,146 @@
+"""Every GPU command the workflow runs (bench, sweep, head-to-head), in several configurations, through its
+arguments and glue as far as the measurement, with the GPU's parts stood in for: what the GPU alone would
+run (CuPy, NVML's sampler, the kernel, the timing) is faked, so that an attribute its parser does not
+give or a call whose signature moved fails here rather than in a run on the GPU. (The profile's and the
+cycles' commands and their drivers have tests of their own: test_records.py, test_cycles.py,
+test_profile.py.)"""
+import contextlib
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+import records
+from flashbench import clocks, gpu, headtohead, timing
+from flashbench.cli import main
+from flashbench.config import load_settings
+from flashbench.files import write_json
+
+from conftest import ROOT
+
+# what the commands ask of CuPy once they hold the GPU
+FAKE_CUPY = SimpleNamespace(cuda=SimpleNamespace(Device=lambda *a: SimpleNamespace(pci_bus_id="0000:19:00.0"),
+                                                 runtime=SimpleNamespace(deviceSynchronize=lambda: None)))
+
+
+class Sampler:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path, settings_file):
+    """The GPU's parts stood in for; returns what the fakes saw (`seen`) and a maker of a run's files."""
+    settings = load_settings(settings_file)
+    seen = {"holds": [], "calls": []}
+
+    def implementation(peer, cubin, record, run=None):
+        name = run.name if run else "?"
+        seen["calls"].append(("implementation", name, run.configuration.name if run else None))
+        return SimpleNamespace(name=name, identity=identity(name), causal=run.configuration.causal if run else False)
+
+    def identity(name):
+        return ({"torch": "2.11.0", "backend": settings.peer(settings.run(name).of).backend}
+                if settings.is_peer(settings.run(name).of) else {"cubin_sha256": "a" * 64})
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setitem(sys.modules, "cupy", FAKE_CUPY)
+    monkeypatch.setattr(gpu, "require", lambda: gpu.GPU("NVIDIA H200", "sm_90"))
+    monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("offline"))
+    monkeypatch.setattr("flashbench.cli._gpu_held",
+                        lambda what, exclusive=True: contextlib.nullcontext(seen["holds"].append(what)))
+    monkeypatch.setattr("flashbench.cli._import_peer_libraries", lambda settings, names: None)
+    monkeypatch.setattr("flashbench.cli._implementation", implementation)
+    monkeypatch.setattr(clocks, "ClockSampler", lambda bus_id: Sampler())
+    monkeypatch.setattr(clocks.EnergyCounter, "open", classmethod(lambda cls, bus_id: None))
+
+    def files(name):
+        """A run's passed check record, and for a kernel build its cubin and compile record: its options."""
+        check = tmp_path / "check" / f"{name}.json"
+        write_json(check, {"kernel": name, "gate": records.GATE, "inputs": records.INPUTS, "passed": True,
+                           "reason": None, "shapes": [], **identity(name), "provenance": records.provenance(name)})
+        if settings.is_peer(settings.run(name).of):
+            return ["--peer", name], check
+        cubin = tmp_path / "build" / f"{name}.cubin"
+        cubin.parent.mkdir(exist_ok=True)
+        cubin.write_bytes(b"")
+        write_json(cubin.with_suffix(".json"), {**records.compile_record("v15", "sm_90a", "kernels/v25.cu"),
+                                                "kernel": name})
+        return ["--cubin", str(cubin), "--record", str(cubin.with_suffix(".json"))], check
+
+    return SimpleNamespace(settings=settings, file=settings_file, seen=seen, files=files, out=tmp_path / "out.json")
+
+
+RUNS = ["v25", "v25.causal", "v25.d64_bf16", "v25.gqa_causal_bf16", "sdpa_cudnn.d256", "flash_attn_cute.gqa", "v11"]
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_bench_runs_to_its_timing_at_the_runs_case(offline, monkeypatch, name):
+    asked = []
+
+    def fake_bench(kernel, shape, steps, repeats, warmup, seed, graph_replays, sampler=None):
+        asked.append((kernel.name, shape))
+        return {"tflops": 1.0, "tflops_median": 1.0, "tflops_graph": 1.0, "clocks": {"throttled": False}}
+
+    monkeypatch.setattr(timing, "bench", fake_bench)
+    options, check = offline.files(name)
+    assert main(["bench", "--settings", offline.file, *options, "--check", str(check), "--out", str(offline.out)]) == 0
+    run = offline.settings.run(name)
+    assert asked == [(name, offline.settings.in_configuration(run.configuration).case)]
+    assert offline.seen["holds"] == [f"bench {name}"] and json.loads(offline.out.read_text())["configuration"] == \
+        run.configuration.name
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_sweep_runs_to_its_timings_and_pairs_where_its_configuration_pairs(offline, monkeypatch, name):
+    asked, paired = [], []
+
+    def fake_sweep(kernel, shapes, steps, case_s, repeats, warmup, seed, graph_replays, sampler=None, progress=print):
+        asked.append([s.D for s in shapes])
+        return [{"S": s.S, "timed": True} for s in shapes]
+
+    def fake_pair(kernel, shape, timed_as, seed, progress=print):
+        paired.append(shape.S)
+        return {"S": shape.S, "near": 4096}
+
+    monkeypatch.setattr(timing, "sweep", fake_sweep)
+    monkeypatch.setattr(headtohead, "measure_ragged", fake_pair)
+    monkeypatch.setattr(headtohead, "ragged_comparison",
+                        lambda pair, case, confidence, resamples: {"ratio": 0.97, "ci_low": 0.96, "ci_high": 0.98})
+    options, check = offline.files(name)
+    assert main(["sweep", "--settings", offline.file, *options, "--check", str(check), "--out", str(offline.out)]) == 0
+    run = offline.settings.run(name)
+    assert asked and set(asked[0]) == {run.configuration.D}
+    assert paired == ([4000] if offline.settings.pairs_ragged(name) else [])
+
+
+@pytest.mark.parametrize("configuration", ["dense", "causal", "d64", "d256", "gqa"])
+def test_a_head_to_head_point_runs_to_its_rounds_with_each_contestant_in_its_configuration(offline, monkeypatch,
+                                                                                        configuration):
+    settings = offline.settings
+    c = settings.configuration(configuration)
+    contestants = settings.contestants(c)
+    checks, cubins = [], []
+    for name in contestants:
+        options, check = offline.files(name)
+        checks.append(str(check))
+        if options[0] == "--cubin":
+            cubins.append(options[1])
+    measured = []
+
+    def fake_measure(impls, shape, asked, seed, sampler, energy, progress=print):
+        measured.append(([impl.name for impl in impls], shape, asked["rounds"]))
+        return {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
+
+    monkeypatch.setattr(headtohead, "measure", fake_measure)
+    S = 4096
+    assert main(["head-to-head", "--settings", offline.file, "--S", str(S), "--configuration", configuration,
+                 "--checks", *checks, "--cubins", *cubins, "--out", str(offline.out)]) == 0
+    (names, shape, rounds), = measured
+    assert names == contestants and shape.D == c.D and shape.S == S
+    assert rounds == settings.head_to_head_in(c)["rounds"]
+    assert json.loads(offline.out.read_text())["configuration"] == configuration
