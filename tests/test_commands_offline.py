@@ -1,4 +1,4 @@
-"""Every GPU command the workflow runs (bench, sweep, head-to-head), in several configurations, through its
+"""Every GPU command the workflow runs (check, bench, sweep, head-to-head), in several configurations, through its
 arguments and glue as far as the measurement, with the GPU's parts stood in for: what the GPU alone would
 run (CuPy, NVML's sampler, the kernel, the timing) is faked, so that an attribute its parser does not
 give or a call whose signature moved fails here rather than in a run on the GPU. (The profile's and the
@@ -144,3 +144,22 @@ def test_a_head_to_head_point_runs_to_its_rounds_with_each_contestant_in_its_con
     assert names == contestants and shape.D == c.D and shape.S == S
     assert rounds == settings.head_to_head_in(c)["rounds"]
     assert json.loads(offline.out.read_text())["configuration"] == configuration
+
+
+@pytest.mark.parametrize("name", [run for run in RUNS if not run.startswith(("sdpa", "flash_attn"))])
+def test_a_kernels_check_runs_to_the_gate_at_its_configurations_shapes_and_mask(offline, monkeypatch, name):
+    from flashbench import check as check_module
+
+    asked = []
+
+    def fake_check(kernel, shapes, gate, kinds, smallest, progress, causal, ragged):
+        asked.append(({s.D for s in shapes}, causal, kinds))
+        return {"kernel": kernel.name, "gate": records.GATE, "inputs": list(kinds), "passed": True, "reason": None,
+                "shapes": []}
+
+    monkeypatch.setattr(check_module, "check_kernel", fake_check)
+    options, _ = offline.files(name)
+    assert main(["check", "--settings", offline.file, *options, "--out", str(offline.out)]) == 0
+    c = offline.settings.run(name).configuration
+    assert asked == [({c.D}, c.causal, offline.settings.check_kinds(name))]
+    assert offline.seen["holds"] == [f"check {name}"]
