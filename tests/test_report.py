@@ -590,7 +590,8 @@ def test_a_ragged_length_is_judged_against_the_next_multiple_of_128_by_its_paire
 
 
 def test_each_configuration_after_the_first_gets_its_bars_and_a_panel_against_s(tmp_path, monkeypatch):
-    """hopper.md's figures hold every configuration: a bar of its own per kernel at the case, and a panel
+    """hopper.md's figures hold every configuration: a group of bars of its own at the case, below the first's
+    bars (each kernel or peer that runs in more than the first, in its own colour throughout), and a panel
     of its own against S below the first's, each name drawn in the same style in both."""
     import struct
 
@@ -607,11 +608,20 @@ def test_each_configuration_after_the_first_gets_its_bars_and_a_panel_against_s(
     height = {n: struct.unpack(">II", (tmp_path / f"{n}.png").read_bytes()[16:24])[1] for n in ("one", "two")}
     assert 1.9 < height["two"] / height["one"] < 2.1
 
-    drawn = {}
-    monkeypatch.setattr(figures, "bars_figure", lambda bars, order, kinds, title, path: drawn.update(bars=bars, order=order))
+    drawn = []
+    draw = figures._bars
+    monkeypatch.setattr(figures, "_bars", lambda ax, bars, order, kinds, title, **by: drawn.append((bars, order, by))
+                        or draw(ax, bars, order, kinds, title, **by))
     rows = [{"name": "v24", "kind": "version", "tflops": 610.0, "published_tflops": None},
-            {"name": "v25", "kind": "version", "tflops": 600.0, "published_tflops": None}]
-    figures.tflops_figure(rows, "GPU", case, tmp_path / "bars.png", (("causal", rows[1:]),))
-    assert [(b["kernel"], b["source"]) for b in drawn["bars"]] == [
-        ("v24", "measured, GPU"), ("v25", "measured, GPU"), ("v25", "measured, GPU, causal")]
-    assert drawn["order"] == ["v24", "v25"]
+            {"name": "v25", "kind": "version", "tflops": 600.0, "published_tflops": None},
+            {"name": "sdpa_cudnn", "kind": "peer", "tflops": 550.0, "published_tflops": None}]
+    figures.tflops_figure(rows, "GPU", case, tmp_path / "bars.png", (("causal", rows[1:]),), first="dense")
+    (first, first_order, _), (by_configuration, labels, by) = drawn
+    assert [(b["kernel"], b["source"]) for b in first] == [
+        ("v24", "measured, GPU"), ("v25", "measured, GPU"), ("sdpa_cudnn", "measured, GPU")]
+    assert first_order == ["v24", "v25", "sdpa_cudnn"]
+    # below, a group per configuration of what runs in more than the first, each kernel in its colour
+    assert labels == ["dense", "causal"] and by == {"y": "configuration", "hue": "kernel", "hue_title": "kernel or peer"}
+    assert [(b["configuration"], b["kernel"]) for b in by_configuration] == [
+        ("dense", "v25"), ("dense", "sdpa_cudnn"), ("causal", "v25"), ("causal", "sdpa_cudnn")]
+    assert (tmp_path / "bars.png").stat().st_size > 0

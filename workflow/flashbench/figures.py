@@ -36,12 +36,17 @@ def _save(fig, path: Path) -> None:
 
 def _axes(width: float, height: float, rows: int = 1):
     """A figure and its axes: one, or `rows` panels stacked, each `height` high."""
+    return _stacked(width, [height] * rows)
+
+
+def _stacked(width: float, heights: list[float]):
+    """A figure of panels stacked, each as high as `heights` says (one: a single axes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(rows, 1, figsize=(width, height * rows))
+    return plt.subplots(len(heights), 1, figsize=(width, sum(heights)), gridspec_kw={"height_ratios": heights})
 
 
 def _nothing_to_plot(ax, why: str) -> None:
@@ -85,52 +90,86 @@ def _legend_outside(ax, handles_by_title: dict[str, list]) -> None:
         top = ax.transAxes.inverted().transform(extent)[0][1] - 0.03
 
 
+def _bars(ax, bars: list[dict], order: list[str], kinds: dict[str, str], title: str, y: str = "kernel",
+          hue: str = "source", hue_title: str = "TFLOPS from") -> None:
+    """Horizontal bars of TFLOPS on `ax`, a group per `y` value in `order` (top to bottom), a bar per `hue`
+    value, one colour each: `bars` are {y, TFLOPS, hue, kernel}; our kernels' bars filled, the peers'
+    (`kinds` of each bar's kernel) hatched."""
+    import seaborn as sns
+    from matplotlib.patches import Patch
+
+    if bars:
+        hues = list(dict.fromkeys(b[hue] for b in bars))
+        colours = dict(zip(hues, sns.color_palette("colorblind" if len(hues) <= 10 else "tab20", len(hues))))
+        frame = pd.DataFrame(bars)
+        sns.barplot(data=frame, y=y, x="TFLOPS", hue=hue, order=order, hue_order=hues, palette=colours,
+                    saturation=1, orient="h", ax=ax, legend=False)
+        peer = {(b[y], b[hue]) for b in bars if kinds.get(b["kernel"]) == PEER}
+        for value, container in zip(hues, ax.containers):
+            for bar in container:  # a hue's bars skip the groups it has no figure for: placed by y
+                if (order[round(bar.get_y() + bar.get_height() / 2)], value) in peer:
+                    bar.set(hatch="///", facecolor=(*colours[value], 0.35), edgecolor=colours[value])
+            ax.bar_label(container, fmt="%.0f", padding=3, fontsize=9)
+        ax.margins(x=0.08)
+        _legend_outside(ax, {
+            hue_title: [Patch(facecolor=colours[v], label=v) for v in hues],
+            "implementation": [Patch(facecolor="0.45", label="our kernel"),
+                               Patch(facecolor=(0.45, 0.45, 0.45, 0.35), edgecolor="0.45", hatch="///",
+                                     label="PyTorch peer")]})
+        ax.set_xlabel("TFLOPS")
+        ax.set_ylabel("")
+        ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title)
+
+
+def _bars_height(groups: int, hues: int) -> float:
+    """The inches a panel of `groups` groups of `hues` bars each takes."""
+    return 1.3 + 0.19 * groups * max(1, hues) + 0.2 * hues
+
+
 def bars_figure(bars: list[dict], order: list[str], kinds: dict[str, str], title: str, path: Path) -> None:
     """Horizontal bars of TFLOPS, a group per kernel or peer in `order` (top to bottom), a bar per
     source: `bars` are {kernel, TFLOPS, source}, one colour per source; our kernels' bars filled, the
     peers' hatched."""
     import matplotlib
-    import seaborn as sns
-    from matplotlib.patches import Patch
 
-    sources = list(dict.fromkeys(b["source"] for b in bars))
     with matplotlib.rc_context(FONT):
-        fig, ax = _axes(10.0, 1.3 + 0.19 * len(order) * max(1, len(sources)) + 0.2 * len(sources))
-        if bars:
-            colours = dict(zip(sources, sns.color_palette("colorblind", len(sources))))
-            sns.barplot(data=pd.DataFrame(bars), y="kernel", x="TFLOPS", hue="source", order=order,
-                        hue_order=sources, palette=colours, saturation=1, orient="h", ax=ax, legend=False)
-            for source, container in zip(sources, ax.containers):
-                for bar in container:  # a source's bars skip the kernels it has no figure for: placed by y
-                    if kinds.get(order[round(bar.get_y() + bar.get_height() / 2)]) == PEER:
-                        bar.set(hatch="///", facecolor=(*colours[source], 0.35), edgecolor=colours[source])
-                ax.bar_label(container, fmt="%.0f", padding=3, fontsize=9)
-            ax.margins(x=0.08)
-            _legend_outside(ax, {
-                "TFLOPS from": [Patch(facecolor=colours[s], label=s) for s in sources],
-                "implementation": [Patch(facecolor="0.45", label="our kernel"),
-                                   Patch(facecolor=(0.45, 0.45, 0.45, 0.35), edgecolor="0.45", hatch="///",
-                                         label="PyTorch peer")]})
-            ax.set_xlabel("TFLOPS")
-            ax.set_ylabel("")
-            ax.grid(axis="x", alpha=0.3)
-        ax.set_title(title)
+        fig, ax = _axes(10.0, _bars_height(len(order), len({b["source"] for b in bars})))
+        _bars(ax, bars, order, kinds, title)
         _save(fig, path)
 
 
 def tflops_figure(rows: list[dict], gpu_name: str, case: dict, path: Path,
-                  other_configurations: tuple[tuple[str, list[dict]], ...] = ()) -> None:
-    """Bars of measured TFLOPS per kernel and peer, the write-up's B300 figures beside them; each of
-    `other_configurations` (its label, and rows as `rows` of what runs in it) a bar of its own."""
-    every = [(label, r) for label, measured in (("", rows), *other_configurations) for r in measured]
-    bars = [{"kernel": r["name"], "TFLOPS": r["tflops"],
-             "source": f"measured, {gpu_name}" + (f", {label}" if label else "")}
-            for label, r in every if r["tflops"] is not None]
+                  other_configurations: tuple[tuple[str, list[dict]], ...] = (), first: str = "") -> None:
+    """Bars of measured TFLOPS per kernel and peer, the write-up's B300 figures beside them; with
+    `other_configurations` (each its label, and rows as `rows` of what runs in it), a second panel below:
+    a group per configuration (`first`: the label of `rows`' own), a bar per kernel or peer that runs
+    in more than the first, each in its own colour throughout."""
+    import matplotlib
+
+    bars = [{"kernel": r["name"], "TFLOPS": r["tflops"], "source": f"measured, {gpu_name}"}
+            for r in rows if r["tflops"] is not None]
     bars += [{"kernel": r["name"], "TFLOPS": r["published_tflops"], "source": PUBLISHED}
              for r in rows if r["published_tflops"] is not None]
-    order = list(dict.fromkeys(r["name"] for _, r in every))
-    bars_figure(bars, order, {r["name"]: r["kind"] for _, r in every},
-                f"Attention forward, B={case['B']} H={case['H']} S={case['S']} D={case['D']}, fp16", path)
+    order = [r["name"] for r in rows]
+    kinds = {r["name"]: r["kind"] for _, measured in (("", rows), *other_configurations) for r in measured}
+    title = f"Attention forward, B={case['B']} H={case['H']} S={case['S']} D={case['D']}, fp16"
+    if not other_configurations:
+        bars_figure(bars, order, kinds, title, path)
+        return
+    beyond = {r["name"] for _, measured in other_configurations for r in measured}
+    by_configuration = [{"configuration": label, "kernel": r["name"], "TFLOPS": r["tflops"]}
+                        for label, measured in ((first, rows), *other_configurations) for r in measured
+                        if r["name"] in beyond and r["tflops"] is not None]
+    labels = [first, *(label for label, _ in other_configurations)]
+    heights = [_bars_height(len(order), len({b["source"] for b in bars})), _bars_height(len(labels), len(beyond))]
+    with matplotlib.rc_context(FONT):
+        fig, axes = _stacked(10.0, heights)
+        _bars(axes[0], bars, order, kinds, title + (f", {first}" if first else ""))
+        _bars(axes[1], by_configuration, labels, kinds, f"On {gpu_name}, in each configuration (its own D, mask, "
+              "element type and K/V heads; B, H, S of the case)", y="configuration", hue="kernel",
+              hue_title="kernel or peer")
+        _save(fig, path)
 
 
 def sweep_figure(sweep: pd.DataFrame, order: list[str], emphasized: dict[str, str], gpu_name: str, case: dict,

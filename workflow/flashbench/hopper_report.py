@@ -338,8 +338,9 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
                       # the line's kernels and the peers of the first configuration that do not run in this one
                       "absent": [name for name in first_runs if name not in here]})
     (rows, sweep, emphasized, _), *others = figures
+    first = views[0][1].get("configuration")
     tflops_figure(rows, gpu_name, views[0][1]["case"], report_dir / FIGURES["tflops"],
-                  tuple((label, r) for r, _, _, label in others))
+                  tuple((label, r) for r, _, _, label in others), first=first["name"] if first else "")
     sweep_figure(sweep, parts[0]["order"], emphasized, gpu_name, views[0][1]["case"], report_dir / FIGURES["sweep"],
                  tuple((label, w, e) for _, w, e, label in others))
     last = len(parts) - 1
