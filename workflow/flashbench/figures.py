@@ -187,9 +187,9 @@ def sweep_figure(sweep: pd.DataFrame, order: list[str], emphasized: dict[str, st
         kinds = dict(zip(timed_all.kernel, timed_all.kind))
         names = [n for n in order if n in kinds] + [n for n in dict.fromkeys(timed_all.kernel) if n not in order]
         styles = line_styles(names, kinds, {n: why for _, _, e in panels for n, why in e.items()})
-        title = f"TFLOPS against S on the {gpu_name}, B={case['B']} H={case['H']} D={case['D']}"
-        for ax, (label, timed, marked) in zip(np.atleast_1d(axes), panels):
-            _sweep_panel(ax, timed, names, kinds, styles, marked, title + (f", {label}" if label else ""))
+        title = f"TFLOPS against S on the {gpu_name}, B={case['B']} H={case['H']}"
+        for ax, (label, timed, marked) in zip(np.atleast_1d(axes), panels):  # another configuration: its D its own
+            _sweep_panel(ax, timed, names, kinds, styles, marked, title + (f", {label}" if label else f" D={case['D']}"))
         _save(fig, path)
 
 
