@@ -281,6 +281,11 @@ def test_without_configurations_every_kernel_runs_in_the_dense_one():
     (lambda c: c["head_to_head"]["configurations"]["d64"].update(energy_rounds=-1),
      "head_to_head.configurations.d64.energy_rounds"),
     (lambda c: c["configurations"]["causal"].update(mask="sliding"), "configurations.causal.mask"),
+    (lambda c: c["head_to_head"]["configurations"].update(dense={"rivals": []}),
+     "config key 'head_to_head.configurations.dense.rivals': none, so no head-to-head in 'dense', where the headline "
+     "versions v24, v25 run: they would go uncompared"),
+    (lambda c: c["goal"]["next"]["configurations"]["gqa_bf16"].pop("cycles_of"),
+     "config key 'goal.next.configurations.gqa_bf16': asks nothing (no factor, efficiency or cycles_of)"),
     (lambda c: c["configurations"]["causal"].update(D=96), "configurations.causal.D"),
 ])
 def test_a_bad_configuration_is_refused_naming_the_key(edit, message):

@@ -290,6 +290,6 @@ def test_a_configuration_raced_by_no_one_is_judged_by_its_cycles_alone(twin_arch
     # the records count both the same
     row = next(line for line in goals.splitlines() if line.startswith("| bf16 "))
     assert "| v15 | not asked (no rivals) | reached |" in row
-    assert "No rivals in this configuration (config's `head_to_head.configurations` names none here)" in part
+    assert "No rivals in this configuration (none of config's head-to-head rivals runs here)" in part
     assert "| S=2048 | 1.000 | 1.02 | yes |" in part  # its cycles over dense's, counted without a head-to-head
     assert "The line's best over S (thousands of cycles" in part

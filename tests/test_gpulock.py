@@ -131,8 +131,11 @@ def test_a_check_holds_its_gpu_shared_a_timing_exclusively(tmp_path, monkeypatch
               "--out", str(tmp_path / "check" / "v14.json")])
     assert holds == [("check v14", False)]
     with gpulock.hold(BUS, "check v12", exclusive=False, progress=lambda m: None):
-        other = holder("check v13", "s", 0.2)  # beside it at once
-        other.wait()
+        another_job = {k: v for k, v in os.environ.items() if k != gpulock.HELD}  # not one this hold started
+        subprocess.run([sys.executable, "-c", HOLD, BUS, "check v13", "s", "0.2"], env=another_job, timeout=20,
+                       check=True, capture_output=True)  # beside it at once (it would time out waiting)
+    beside = {e["what"]: e for e in gpulock.read_journal(BUS)}
+    assert beside["check v13"]["acquired"] < beside["check v12"]["released"]  # the two held it at once
     a_check = holder("check v15", "s", 1.0)
     start = time.time()
     with gpulock.hold(BUS, "bench v11", progress=lambda m: None):

@@ -120,9 +120,9 @@ def _held_by_driver(what: str, out: str | None):
     with ExitStack() as held:
         try:
             held.enter_context(_gpu_held(what))
-        except FlashbenchError as e:
+        except Exception as e:  # no lock, no GPU, or CUDA failing to name the GPU: said, and the stage fails
             if out:
-                write_json(out, {"not_held": str(e)})
+                write_json(out, {"not_held": f"{e}" if isinstance(e, FlashbenchError) else f"{type(e).__name__}: {e}"})
             raise
         ran = {}
         yield ran

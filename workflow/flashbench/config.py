@@ -398,7 +398,8 @@ class Settings:
 
     def head_to_head_points(self) -> dict[str, tuple[Shape, Configuration]]:
         """The head-to-head's points by name: each of headline_shapes in each configuration the headline
-        runs in, S1024 in the first configuration and S1024.causal in another (a run's naming)."""
+        runs in with rivals there, S1024 in the first configuration and S1024.causal in another (a run's
+        naming)."""
         points = {}
         for configuration in self.configurations:
             if self.rivals_in(configuration):
@@ -556,6 +557,13 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
                 if not peer.runs_in(configurations[known_configurations.index(configuration)]):
                     raise ConfigError(f"config key '{key}.rivals[{i}]': {name!r} does not run in {configuration!r} "
                                       f"(its configurations: {', '.join(peer.configurations)})")
+            here = configurations[known_configurations.index(configuration)]
+            if "rivals" in asked and not asked["rivals"]:
+                racing = [k.name for k in kernels if k.name in headline and k.runs_in(here)]
+                if len(racing) > 1:
+                    raise ConfigError(f"config key '{key}.rivals': none, so no head-to-head in {configuration!r}, "
+                                      f"where the headline versions {', '.join(racing)} run: they would go "
+                                      f"uncompared")
             lengths = (config.get("sweep") or {}).get("S")  # without a sweep, the case is the only point
             for i, S in enumerate(asked.get("S", []) if lengths else []):
                 if S not in lengths:
@@ -563,6 +571,12 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
             if "S" in asked and config["case"]["S"] not in asked["S"]:
                 raise ConfigError(f"config key '{key}.S': leaves out the case's S={config['case']['S']}")
 
+    for c in known_configurations:  # what a configuration's part of hopper.md judges its best version by
+        asked = {**config["goal"]["next"], **config["goal"]["next"].get("configurations", {}).get(c, {})}
+        if not (asked["factors"] or asked.get("cycles_of") or asked["efficiency_case"] is not None
+                or asked["efficiency_long"] is not None):
+            raise ConfigError(f"config key 'goal.next.configurations.{c}': asks nothing (no factor, efficiency or "
+                              f"cycles_of): its next goal would be reached with nothing judged")
     for name, asked in config["goal"]["next"].get("configurations", {}).items():
         if name not in known_configurations:
             raise ConfigError(f"config key 'goal.next.configurations.{name}': unknown configuration {name!r} "

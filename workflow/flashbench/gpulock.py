@@ -158,8 +158,9 @@ def overlapping(entries: list[dict]) -> list[tuple[dict, dict]]:
 def time_by_stage(entries: list[dict], since: float = 0.0) -> dict:
     """Where a GPU's time went from `since` (epoch seconds) to the last release in the journal: per
     stage (the first word of each hold's `what`: compile, check, bench, sweep, profile, head-to-head,
-    cycles) its holds and seconds held, and the seconds no job held the lock. Shared holds (builds)
-    overlap one another: a stretch of time is counted once, for the stage that took it first."""
+    cycles) its holds and seconds held, and the seconds no job held the lock. Shared holds (builds,
+    checks) overlap one another: a stretch of time is counted once, for the stage that took it first
+    (so a check beside a build or another check counts only what no earlier hold covered)."""
     holds = sorted((e for e in entries if e["acquired"] >= since), key=lambda e: e["acquired"])
     if not holds:
         return {"stages": {}, "idle_s": 0.0, "span_s": 0.0}

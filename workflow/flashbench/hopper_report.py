@@ -123,6 +123,7 @@ def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, go
         return None
     factor = {k["name"]: goal.next.factors[k["backend"]] for k in meta["kernels"]
               if k["kind"] == "peer" and k.get("backend") in goal.next.factors}
+    no_peer = [b for b in goal.next.factors if b not in {k.get("backend") for k in meta["kernels"] if k["kind"] == "peer"}]
     ragged = set((meta.get("sweep") or {}).get("ragged", []))
     points = verdicts["points"] if verdicts else [{"where": _where(r.is_case, r.S), "S": int(r.S), "is_case": bool(r.is_case)}
                                                   for r in mine.itertuples() if r.is_case or int(r.S) not in ragged]
@@ -141,6 +142,7 @@ def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, go
     against = _cycles_against(mine, reference, wheres, goal.next.cycles_of)
     missing = _next_goal_missing(wheres, factor, ratios, efficiency, goal.next)
     missing += [f"{a['lacks']}'s cycles at {a['where']}" for a in against if a["ratio"] is None]
+    missing += [f"a peer of the {backend} backend (none runs in this configuration)" for backend in no_peer]
     complete = not missing
     misses = [f"{r['rival']} at {r['where']}" for r in ratios if not r["met"]]
     misses += [f"{100 * e['efficiency']:.1f}% per cycle at {e['where']}" for e in efficiency if not e["met"]]
@@ -211,12 +213,13 @@ def ragged_point(sweep: pd.DataFrame, meta: dict, best: str, S: int, goal: Goal,
                                          for r in cycles[cycles.kernel == best].itertuples() if r.S in (S, near)}
     within = goal.ragged_within
     configuration = (meta.get("configuration") or {}).get("name")
-    return {"kernel": best, "S": S, "near": near, "tflops": at, "near_tflops": there,
-            "asked": configuration is None or pairs_in(meta.get("sweep"), configuration),
+    asked = configuration is None or pairs_in(meta.get("sweep"), configuration)
+    return {"kernel": best, "S": S, "near": near, "tflops": at, "near_tflops": there, "asked": asked,
             "unpaired_ratio": float(at / there) if at and there else None, "paired": paired,
             "timing": pair_timing(meta.get("sweep"), h2h) if paired else None,
             "cycles_ratio": counted[S] / counted[near] if len(counted) == 2 else None,
-            "within": within, "met": None if paired is None or within is None else bool(paired["ci_low"] >= 1 - within)}
+            "within": within,
+            "met": None if paired is None or within is None or not asked else bool(paired["ci_low"] >= 1 - within)}
 
 
 def cycle_counts(table: pd.DataFrame | None, meta: dict) -> dict | None:
@@ -294,7 +297,11 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
                                                 ("duration_us", "tensor_pipe_pct", "issue_active_pct", "eligible_warps",
                                                  "registers", "achieved_occupancy_pct")},
                              "stalls": [(c.removeprefix("stall_"), float(r[c])) for c in top]})
+    h2h = meta.get("head_to_head") or {}
+    peer_names = {k["name"] for k in kernels if k["kind"] == "peer"}
     return {
+        # a head-to-head is configured, but none of its rivals runs here: the line's best counted alone
+        "unraced": bool(h2h) and not peer_names & set(h2h.get("rivals", [])),
         "line": line, "steps": steps, "rivals": rivals, "lengths": lengths, "sweep": by_length, "readings": readings,
         "goal": goal,
         "not_run": [k for k in line if not k.get("check_passed")],
@@ -312,7 +319,8 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
     """hopper.md and its figures into `report_dir`, a part per configuration from the archive's view of
     it (archive_tables.view: its summary, kernels.json and the tables resources, profile, head_to_head
     and cycles), each judged against `goal`, and the goals of every configuration in one table at
-    the end; the figures, in the first part, hold every configuration (a bar and a panel each).
+    the end; the figures, in the first part, hold every configuration (a group of bars in the second
+    panel of the bars, a panel against S each).
     `gpu_name` as the chapter's report gives it."""
     parts, goals, figures = [], [], []
     first_runs = [k["name"] for k in views[0][1]["kernels"] if k.get("line") == LINE or k["kind"] == "peer"]
@@ -331,7 +339,7 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
         checked = summary[(summary.series == "check") & summary.kernel.isin(line)]
         here = {k["name"] for k in meta["kernels"]}
         goals.append({"configuration": configuration, "verdicts": ctx["goal_verdicts"], "next_goal": ctx["next_goal"],
-                      "ragged": ctx["ragged"], "unraced": bool(meta.get("head_to_head")) and not meta["head_to_head"]["rivals"]})
+                      "ragged": ctx["ragged"], "unraced": ctx["unraced"]})
         parts.append({**ctx, "meta": meta, "configuration": configuration, "first": i == 0,
                       "figures": FIGURES if i == 0 else None, "correctness": correctness(checked, line),
                       "commits": commits([k["provenance"] for k in meta["kernels"] if k.get("provenance")]),
@@ -352,7 +360,7 @@ def render(views: list[tuple[pd.DataFrame, dict, dict]], goal: Goal, template: P
 def _figure_data(ctx: dict, summary: pd.DataFrame, meta: dict, configuration: dict | None) -> tuple:
     """What the figures show of one configuration's view (context's `ctx`): its bars' rows, its sweep's
     rows, the lines it emphasizes, and its label (the configuration's name; None for an archive without
-    configurations). The figures label every configuration but the first."""
+    configurations). The sweep's figure labels every configuration's panel but the first's."""
     names = set(ctx["order"])
     kinds = {k["name"]: k["kind"] for k in meta["kernels"]}
     rows = [{"name": n, "kind": kinds[n], "tflops": tflops_of(case_rows(summary), n), "published_tflops": None}

@@ -146,7 +146,7 @@ def after_the_builds(names):
     """Wait for the builds of kernels `names` that run here (compile is a checkpoint): until they are
     done this raises, and Snakemake decides the job again once they are, by their content
     (by_content): a fresh clone's rebuilt cubins are new files, but the bytes its records were made
-    from. No build runs beside a GPU job all the same: a compile holds every GPU's lock, shared."""
+    from. No build runs beside a timing all the same: a compile holds every GPU's lock, shared."""
     for name in names:
         checkpoints.compile_kernel.get(arch=Path(build_of(name, "cubin")).parent.name, build=name)
 
