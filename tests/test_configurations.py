@@ -1,4 +1,4 @@
-"""An archive of a run in two configurations (the case's and the causal mask), from synthetic records
+"""An archive of a run in two configurations (the case's and the causal mask), and in four, from synthetic records
 (tests/records.py) through summarize's tables to the reports: every table carries the configuration
 of each row, the tables are checked configuration by configuration, under the causal mask FLOPs count
 as half, and hopper.md has a part per configuration and one table of their goals."""
@@ -28,38 +28,42 @@ def run_of(entry: dict, configuration: dict) -> dict:
             "of": entry["name"], "config": configuration["name"], "causal": configuration["mask"] == "causal"}
 
 
-def write_archive(tmp, monkeypatch, second: dict, runs: list[str], tflops: dict, contestants: dict,
-                  expected: Expected, adjust=lambda point: point, second_asks: dict | None = None):
-    """results/nvidia-h200/ of a run in dense and `second`, as summarize writes it: every kernel and peer in
-    dense, `runs` in `second` too (at its D), the head-to-head's `contestants` (by configuration name) at
-    the case and each swept S, `adjust` applied to `second`'s points; `second_asks`: its
-    head_to_head.configurations entry."""
+def write_archive(tmp, monkeypatch, others: list[tuple[dict, list[str]]], tflops: dict, contestants: dict,
+                  expected: Expected, adjust=None, asks: dict | None = None):
+    """results/nvidia-h200/ of a run in dense and the configurations of `others`, as summarize writes it:
+    every kernel and peer in dense, and each other configuration's runs (at its D); the head-to-head's
+    `contestants` (by configuration name; none: not raced there) at the case and each swept S, `adjust`
+    (a configuration's name -> what to do to its points) applied; `asks`: head_to_head.configurations."""
     kernels = records.KERNELS + records.HOPPER
     by_name = {k["name"]: k for k in kernels + records.PEERS}
-    D = second["D"]
-    seconds = [{**run_of(by_name[n], second), **({"D": D} if D != records.CASE["D"] else {})} for n in runs]
-    monkeypatch.setitem(records.RESOURCES, f"v15.{second['name']}", records.RESOURCES["v15"])
-    monkeypatch.setitem(records.LSU, f"v15.{second['name']}", records.LSU["v15"])
+    seconds = []
+    for configuration, runs in others:
+        D = configuration["D"]
+        seconds += [{**run_of(by_name[n], configuration), **({"D": D} if D != records.CASE["D"] else {})} for n in runs]
+        monkeypatch.setitem(records.RESOURCES, f"v15.{configuration['name']}", records.RESOURCES["v15"])
+        monkeypatch.setitem(records.LSU, f"v15.{configuration['name']}", records.LSU["v15"])
     paths = records.write(tmp, tflops, kernels=kernels + seconds)
-    paths["profiles"] = [p for p in paths["profiles"] if f".{second['name']}" not in p.name]  # the first's alone
+    paths["profiles"] = [p for p in paths["profiles"] if "." not in p.stem]  # the first configuration's alone
     entries = [run_of(k, DENSE) for k in kernels + records.PEERS] + [{k: v for k, v in e.items() if k != "D"}
                                                                       for e in seconds]
-    settings = {**records.SETTINGS, "configurations": [DENSE, second]}
-    if second_asks is not None:
-        settings["head_to_head"] = {**settings["head_to_head"], "configurations": {second["name"]: second_asks}}
+    configurations = [DENSE, *(c for c, _ in others)]
+    settings = {**records.SETTINGS, "configurations": configurations}
+    if asks:
+        settings["head_to_head"] = {**settings["head_to_head"], "configurations": asks}
     summary, resources, profile, meta = tidy_tables(entries, paths["checks"], paths["benches"], paths["compiled"],
                                                     "sm_90", records.CASE, paths["sweeps"], paths["profiles"],
                                                     settings, expected=expected)
     shapes = [records.CASE, *({**records.CASE, "S": S} for S in records.SWEEP_S if S != records.CASE["S"])]
     points, counts = [], []
-    for configuration in (DENSE, second):
+    for configuration in configurations:
         for seed, shape in enumerate(shapes if contestants[configuration["name"]] else []):  # none: not raced
             point = records.head_to_head_record({**shape, "D": configuration["D"]}, contestants[configuration["name"]],
                                                 seed)
             point = {**point, "is_case": shape == records.CASE, "configuration": configuration["name"],
                      "causal": configuration["mask"] == "causal"}
-            points.append(adjust(point) if configuration is second else point)
-    paired = {name for timed in contestants.values() for name in timed} | {f"v15.{second['name']}"}  # the headline's
+            points.append((adjust or {}).get(configuration["name"], lambda p: p)(point))
+    headlines = {f"v15.{c['name']}" for c, _ in others}  # counted at every S, raced or not
+    paired = {name for timed in contestants.values() for name in timed} | headlines
     for e in entries:
         at = [{**s, "D": expected.case_of(e["name"])["D"]} for s in shapes]
         counts.append(records.cycles_record(e["name"], at if e["name"] in paired else at[:1], 100.0))
@@ -95,10 +99,10 @@ def archive(tmp_path_factory, monkeypatch_module):
                            "peers": [e["name"] for e in entries if e["name"].partition(".")[0] in
                                      {p["name"] for p in records.PEERS}],
                            "causal": [*(e["name"] for e in entries if e["causal"]), CAUSAL["name"]]})
-    return write_archive(tmp_path_factory.mktemp("configurations"), monkeypatch_module, CAUSAL, CAUSAL_RUNS,
+    return write_archive(tmp_path_factory.mktemp("configurations"), monkeypatch_module, [(CAUSAL, CAUSAL_RUNS)],
                          {**TFLOPS, **CAUSAL_TFLOPS},
                          {"dense": {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0},
-                          "causal": {"v15.causal": 380.0, "sdpa_auto.causal": 300.0}}, expected, halved)
+                          "causal": {"v15.causal": 380.0, "sdpa_auto.causal": 300.0}}, expected, {"causal": halved})
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +239,7 @@ def d64_archive(tmp_path_factory, monkeypatch_module):
     peers = [p["name"] for p in records.PEERS]
     expected = Expected(**{**records.EXPECTED.__dict__, "peers": [*peers, "sdpa_auto.d64"],
                            "head_dims": {"v15.d64": 64, "sdpa_auto.d64": 64}, "configuration_head_dims": {"d64": 64}})
-    return write_archive(tmp_path_factory.mktemp("d64"), monkeypatch_module, D64, D64_RUNS,
+    return write_archive(tmp_path_factory.mktemp("d64"), monkeypatch_module, [(D64, D64_RUNS)],
                          {**TFLOPS, "v15.d64": 300.0, "sdpa_auto.d64": 280.0},
                          {"dense": {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0},
                           "d64": {"v15.d64": 300.0, "sdpa_auto.d64": 280.0}}, expected)
@@ -270,10 +274,10 @@ BF16 = {"name": "bf16", "mask": "none", "D": 128, "dtype": "bf16"}
 def twin_archive(tmp_path_factory, monkeypatch_module):
     """results/nvidia-h200/ of a run in dense and bf16, where bf16 has no rivals (head_to_head.configurations
     .bf16.rivals: []): v15.bf16 checked, timed, swept and counted at every S, no head-to-head point."""
-    return write_archive(tmp_path_factory.mktemp("twin"), monkeypatch_module, BF16, ["v15"],
+    return write_archive(tmp_path_factory.mktemp("twin"), monkeypatch_module, [(BF16, ["v15"])],
                          {**TFLOPS, "v15.bf16": 445.0},
                          {"dense": {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0}, "bf16": {}}, records.EXPECTED,
-                         second_asks={"rivals": []})
+                         asks={"bf16": {"rivals": []}})
 
 
 def test_a_configuration_raced_by_no_one_is_judged_by_its_cycles_alone(twin_archive, tmp_path):
@@ -293,3 +297,40 @@ def test_a_configuration_raced_by_no_one_is_judged_by_its_cycles_alone(twin_arch
     assert "No rivals in this configuration (none of config's head-to-head rivals runs here)" in part
     assert "| S=2048 | 1.000 | 1.02 | yes |" in part  # its cycles over dense's, counted without a head-to-head
     assert "The line's best over S (thousands of cycles" in part
+
+
+CAUSAL_BF16 = {"name": "causal_bf16", "mask": "causal", "D": 128, "dtype": "bf16"}
+GQA_CAUSAL = {"name": "gqa_causal", "mask": "causal", "D": 128, "dtype": "fp16", "kv_group": 8}
+
+
+def test_configurations_raced_and_unraced_under_the_mask_each_judged_as_config_asks(tmp_path, monkeypatch):
+    """dense and causal raced; causal_bf16 and gqa_causal, under the mask, raced by no one and each held by
+    the shipped goal to causal's cycles: every part rendered, every configuration in the goals' table, the
+    unraced ones judged from their counts against causal's."""
+    unraced = {"rivals": []}
+    causal_runs = ["v15.causal", "sdpa_auto.causal", "unfused.causal"]
+    expected = Expected(**{**records.EXPECTED.__dict__,
+                           "peers": [*(p["name"] for p in records.PEERS), "sdpa_auto.causal", "unfused.causal"],
+                           "causal": [*causal_runs, "v15.causal_bf16", "v15.gqa_causal", "causal", "causal_bf16",
+                                      "gqa_causal"]})
+    archive = write_archive(tmp_path, monkeypatch, [(CAUSAL, CAUSAL_RUNS), (CAUSAL_BF16, ["v15"]), (GQA_CAUSAL, ["v15"])],
+                            {**TFLOPS, **CAUSAL_TFLOPS, "v15.causal_bf16": 378.0, "v15.gqa_causal": 376.0},
+                            {"dense": {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0},
+                             "causal": {"v15.causal": 380.0, "sdpa_auto.causal": 300.0}, "causal_bf16": {},
+                             "gqa_causal": {}}, expected, {"causal": halved},
+                            asks={"causal_bf16": unraced, "gqa_causal": unraced})
+    reports = tmp_path / "reports"
+    gpu_reports.render(archive, reports, ROOT / "workflow" / "templates" / "report.md.j2", "nvidia-h200",
+                       shipped_settings().goal)
+    hopper = (reports / "hopper.md").read_text()
+    for words in ("causal (the causal mask, D=128, fp16)", "causal_bf16 (the causal mask, D=128, bf16)",
+                  "gqa_causal (the causal mask, D=128, fp16, "):
+        assert f"# The line in the configuration {words}" in hopper, words
+    goals = hopper.split("# The goals in every configuration")[1]
+    rows = {line.split(" |")[0].removeprefix("| ").split(" (")[0]: line for line in goals.splitlines()
+            if line.startswith("| ") and not line.startswith("| configuration")}
+    assert set(rows) >= {"dense", "causal", "causal_bf16", "gqa_causal"}
+    for name in ("causal_bf16", "gqa_causal"):  # the records count every run the same: 1.000 of causal's
+        assert "| v15 | not asked (no rivals) | reached |" in rows[name], rows[name]
+    part = hopper.split("# The line in the configuration gqa_causal")[1].split("# The goals")[0]
+    assert "its cycles at most 2% above those of the best version of causal" in part
