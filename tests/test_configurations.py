@@ -334,3 +334,5 @@ def test_configurations_raced_and_unraced_under_the_mask_each_judged_as_config_a
         assert "| v15 | not asked (no rivals) | reached |" in rows[name], rows[name]
     part = hopper.split("# The line in the configuration gqa_causal")[1].split("# The goals")[0]
     assert "its cycles at most 2% above those of the best version of causal" in part
+    assert "- The line's best, v15, raced by no one here: its next goal, judged by its cycles, is reached." in part
+    assert "A version's choices are its file's, the same in every configuration" in part  # listed once, in dense's
