@@ -1,3 +1,4 @@
+import contextlib
 import fcntl
 import functools
 import importlib
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 # One BLAS thread in each test worker (pytest -n): the workers keep every core busy already, and
 # OpenBLAS's own threads would spin waiting for work on cores the other workers need. OpenBLAS reads
@@ -126,6 +128,28 @@ def with_stub(tmp_path: Path, name: str, script: str) -> dict:
     stub.write_text(f"#!/bin/sh\n{script}\n")
     stub.chmod(0o755)
     return {**os.environ, "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+# What the GPU commands ask of CuPy once they hold the GPU (a test without one puts it in sys.modules)
+FAKE_CUPY = SimpleNamespace(cuda=SimpleNamespace(Device=lambda *a: SimpleNamespace(pci_bus_id="0000:19:00.0"),
+                                                 runtime=SimpleNamespace(deviceSynchronize=lambda: None)),
+                            random=SimpleNamespace(default_rng=lambda seed: seed))
+
+
+def recording_hold(steps: list):
+    """A stand-in for cli._gpu_held that notes each hold, ("hold", what), and its release in `steps`."""
+    @contextlib.contextmanager
+    def held(what, exclusive=True):
+        steps.append(("hold", what))
+        yield
+        steps.append(("release", what))
+
+    return held
+
+
+def the_parent_never_holds(what, exclusive=True):
+    """A stand-in for cli._gpu_held in a stage whose driver, not itself, holds the GPU."""
+    raise AssertionError(f"the parent took the GPU's lock for {what}")
 
 
 def a_gpu_here(tmp_path: Path, line: str = "NVIDIA H200, 9.0, 00000000:19:00.0") -> dict:

@@ -17,12 +17,7 @@ from flashbench.cli import main
 from flashbench.config import load_settings
 from flashbench.files import write_json
 
-from conftest import ROOT
-
-# what the commands ask of CuPy once they hold the GPU
-FAKE_CUPY = SimpleNamespace(cuda=SimpleNamespace(Device=lambda *a: SimpleNamespace(pci_bus_id="0000:19:00.0"),
-                                                 runtime=SimpleNamespace(deviceSynchronize=lambda: None)))
-
+from conftest import FAKE_CUPY, ROOT
 
 class Sampler:
     def __enter__(self):

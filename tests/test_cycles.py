@@ -10,7 +10,7 @@ import pytest
 from flashbench import FlashbenchError, cycles
 from flashbench.config import Shape
 
-from conftest import with_stub
+from conftest import recording_hold, the_parent_never_holds, with_stub
 
 CASE = Shape(1, 64, 1024, 128)
 LONG = Shape(1, 64, 8192, 128)
@@ -126,10 +126,7 @@ def test_the_cycles_command_records_what_the_driver_says_it_ran_and_refuses_anot
         page = [(M, 1, 1)] + [k for _ in range(launches) for k in (("flash_attention_forward", 98600, 55000), (M, 1, 1))]
         return cycles.parse_kernels(raw_page(page)), "Version 2025.3"
 
-    def never(what, exclusive=True):
-        raise AssertionError(f"the parent took the GPU's lock for {what}")
-
-    monkeypatch.setattr(cli, "_gpu_held", never)
+    monkeypatch.setattr(cli, "_gpu_held", the_parent_never_holds)
     monkeypatch.setattr(cycles, "count", fake_count)
     out = tmp_path / "cycles" / "v14.json"
     cubin, record = tmp_path / "v14.cubin", tmp_path / "v14.json"  # handed on to the driver, never read here
@@ -156,24 +153,16 @@ def test_the_driver_holds_the_gpu_from_its_first_launch_to_its_last_and_says_on_
     """launch-marked takes the GPU's lock itself once its imports are done (ncu's start and Python's hold
     nothing), names the hold for the stage that runs it, and writes what ran with the provenance read
     while it held; where the lock cannot be held it says why and fails."""
-    import contextlib
-
     import records
     from flashbench import cli, gpu
     from flashbench.files import read_json
 
     steps = []
 
-    @contextlib.contextmanager
-    def held(what, exclusive=True):
-        steps.append(("hold", what))
-        yield
-        steps.append(("release", what))
-
     class Impl:
         name, identity = "sdpa_auto", {"torch": "2.11", "backend": "auto"}
 
-    monkeypatch.setattr(cli, "_gpu_held", held)
+    monkeypatch.setattr(cli, "_gpu_held", recording_hold(steps))
     monkeypatch.setattr(cli, "_import_peer_libraries", lambda settings, names: steps.append(("import", names[0])))
     monkeypatch.setattr(cli, "_kernel", lambda a: steps.append(("load", a.peer)) or Impl())
     monkeypatch.setattr(cycles, "launch_marked", lambda impl, shapes, launches: steps.append(("launch", launches))

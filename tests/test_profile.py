@@ -6,7 +6,7 @@ from flashbench import config
 from flashbench.profile import (METRICS, STALL_METRIC, STALLS, chain_map, line_map, metrics_of, parse_raw,
                                 parse_sass_samples, section_lines, softmax_lines, stall_lines)
 
-from conftest import ROOT
+from conftest import FAKE_CUPY, ROOT, recording_hold
 
 KERNEL_SOURCES = sorted({k.source for k in config.load(ROOT / "config.yaml").kernels})
 
@@ -154,22 +154,14 @@ def test_profile_runs_ncu_over_its_driver_and_reads_the_report_after(monkeypatch
 def test_launch_once_reads_no_settings_and_holds_the_gpu_for_the_profile(tmp_path, monkeypatch):
     """What ncu profiles: one launch of the kernel its build describes (no settings: the build says its
     configuration), the GPU held for the stage that runs it, and what ran said with the provenance."""
-    import contextlib
     import json
     import sys
-    from types import SimpleNamespace
 
     import records
     from flashbench import cli, gpu
     from flashbench.files import read_json, write_json
 
     steps = []
-
-    @contextlib.contextmanager
-    def held(what, exclusive=True):
-        steps.append(("hold", what))
-        yield
-        steps.append(("release", what))
 
     class Kernel:
         identity = {"cubin_sha256": "a" * 64}
@@ -185,12 +177,10 @@ def test_launch_once_reads_no_settings_and_holds_the_gpu_for_the_profile(tmp_pat
         steps.append(("load", run))
         return Kernel()
 
-    monkeypatch.setattr(cli, "_gpu_held", held)
+    monkeypatch.setattr(cli, "_gpu_held", recording_hold(steps))
     monkeypatch.setattr(cli, "_implementation", implementation)
     monkeypatch.setattr(gpu, "provenance", lambda: records.provenance("v14"))
-    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(  # what launch-once asks of CuPy, without a GPU
-        random=SimpleNamespace(default_rng=lambda seed: seed),
-        cuda=SimpleNamespace(runtime=SimpleNamespace(deviceSynchronize=lambda: None))))
+    monkeypatch.setitem(sys.modules, "cupy", FAKE_CUPY)
     cubin, record, out = tmp_path / "v14.cubin", tmp_path / "v14.json", tmp_path / "ran.json"
     cubin.write_bytes(b"")
     write_json(record, records.compile_record("v14", "sm_90a", "kernels/v14.cu"))

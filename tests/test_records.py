@@ -115,7 +115,7 @@ def test_profile_records_what_its_driver_says_it_ran(tmp_path, monkeypatch, caps
     from flashbench import profile as profile_module
     from flashbench.files import read_json, write_json
 
-    from conftest import ROOT
+    from conftest import ROOT, the_parent_never_holds
 
     monkeypatch.chdir(ROOT)  # where the record's source is read
     paths = records.write(tmp_path, TFLOPS)
@@ -135,11 +135,8 @@ def test_profile_records_what_its_driver_says_it_ran(tmp_path, monkeypatch, caps
             raise FlashbenchError("ncu failed: ==ERROR== The application returned an error code (1).")
         return readings
 
-    def never(what, exclusive=True):
-        raise AssertionError(f"the parent took the GPU's lock for {what}")
-
     monkeypatch.setattr(profile_module, "profile", fake_profile)
-    monkeypatch.setattr("flashbench.cli._gpu_held", never)
+    monkeypatch.setattr("flashbench.cli._gpu_held", the_parent_never_holds)
     with_stub(tmp_path, "ncu", "exit 1")  # never run: profile is faked
     out = tmp_path / "profile.json"
     argv = ["profile", *records_settings, "--ncu", str(tmp_path / "ncu-stub" / "ncu"), "--cubin", str(cubin),

@@ -121,9 +121,9 @@ def next_goal(verdicts: dict | None, cycles: pd.DataFrame | None, meta: dict, go
     mine = cycles[cycles.kernel == best] if cycles is not None and best else None
     if mine is None or mine.empty:
         return None
-    factor = {k["name"]: goal.next.factors[k["backend"]] for k in meta["kernels"]
-              if k["kind"] == "peer" and k.get("backend") in goal.next.factors}
-    no_peer = [b for b in goal.next.factors if b not in {k.get("backend") for k in meta["kernels"] if k["kind"] == "peer"}]
+    peers = {k["name"]: k.get("backend") for k in meta["kernels"] if k["kind"] == "peer"}
+    factor = {name: goal.next.factors[backend] for name, backend in peers.items() if backend in goal.next.factors}
+    no_peer = [backend for backend in goal.next.factors if backend not in peers.values()]
     ragged = set((meta.get("sweep") or {}).get("ragged", []))
     points = verdicts["points"] if verdicts else [{"where": _where(r.is_case, r.S), "S": int(r.S), "is_case": bool(r.is_case)}
                                                   for r in mine.itertuples() if r.is_case or int(r.S) not in ragged]
