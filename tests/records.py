@@ -232,9 +232,9 @@ def seconds(shape: dict, tflops: float) -> float:
     return 4 * shape["B"] * shape["H"] * shape["S"] ** 2 * shape["D"] / (tflops * 1e12)
 
 
-def head_to_head_record(shape: dict, tflops: dict, seed: int) -> dict:
-    """A point of the head-to-head: each contestant at `tflops` (by graph; back to back 2% slower),
-    with 0.5% noise per round, at 650 W."""
+def head_to_head_record(shape: dict, tflops: dict, seed: int, back_to_back: bool = True) -> dict:
+    """A point of the head-to-head: each contestant at `tflops` (by graph; back to back 2% slower,
+    where it timed calls back to back), with 0.5% noise per round, at 650 W."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -245,12 +245,14 @@ def head_to_head_record(shape: dict, tflops: dict, seed: int) -> dict:
                    "issue_s": graph / 10, "dispatch_bound": False,
                    "clocks": {"step": clocks(), "graph": clocks()}}
                   for a, b in rng.standard_normal((design_rounds(SETTINGS["head_to_head"]["rounds"], len(tflops)), 2))]
+        if not back_to_back:
+            rounds = [{"graph_s": r["graph_s"], "clocks": {"graph": r["clocks"]["graph"]}} for r in rounds]
         calls = int(1.0 / graph) + 1  # a window of a second or more, 1% slower than the 50 ms timings
         contestants[name] = {"identity": {}, "calls_per_timing": 100, "rounds": rounds,
                              "energy": [{"calls": calls, "seconds": calls * graph * 1.01,
                                          "joules": calls * graph * 1.01 * 650.0, "watts": 650.0}]}
-    return {**shape, "is_case": shape == CASE, "order": list(tflops), "contestants": contestants, "excluded": {},
-            "provenance": provenance("head_to_head")}
+    return {**shape, "is_case": shape == CASE, **({} if back_to_back else {"methods": ["graph"]}), "order": list(tflops),
+            "contestants": contestants, "excluded": {}, "provenance": provenance("head_to_head")}
 
 
 def cycles_record(name: str, shapes: list[dict], tflops: float) -> dict:

@@ -128,16 +128,17 @@ def test_a_head_to_head_point_runs_to_its_rounds_with_each_contestant_in_its_con
     measured = []
 
     def fake_measure(impls, shape, asked, seed, sampler, energy, progress=print):
-        measured.append(([impl.name for impl in impls], shape, asked["rounds"]))
+        measured.append(([impl.name for impl in impls], shape, asked["rounds"], headtohead.methods(asked)))
         return {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
 
     monkeypatch.setattr(headtohead, "measure", fake_measure)
     S = 4096
     assert main(["head-to-head", "--settings", offline.file, "--S", str(S), "--configuration", configuration,
                  "--checks", *checks, "--cubins", *cubins, "--out", str(offline.out)]) == 0
-    (names, shape, rounds), = measured
+    (names, shape, rounds, methods), = measured
     assert names == contestants and shape.D == c.D and shape.S == S
     assert rounds == settings.head_to_head_in(c)["rounds"]
+    assert methods == (("step", "graph") if configuration == "dense" else ("graph",))  # config's back_to_back
     assert json.loads(offline.out.read_text())["configuration"] == configuration
 
 

@@ -57,8 +57,9 @@ def write_archive(tmp, monkeypatch, others: list[tuple[dict, list[str]]], tflops
     points, counts = [], []
     for configuration in configurations:
         for seed, shape in enumerate(shapes if contestants[configuration["name"]] else []):  # none: not raced
+            back_to_back = (asks or {}).get(configuration["name"], {}).get("back_to_back", True)
             point = records.head_to_head_record({**shape, "D": configuration["D"]}, contestants[configuration["name"]],
-                                                seed)
+                                                seed, back_to_back)
             point = {**point, "is_case": shape == records.CASE, "configuration": configuration["name"],
                      "causal": configuration["mask"] == "causal"}
             points.append((adjust or {}).get(configuration["name"], lambda p: p)(point))
@@ -86,7 +87,8 @@ def halved(point: dict) -> dict:
     """A causal point: the records' times are of the dense FLOPs, half of them here."""
     for c in point["contestants"].values():
         for r in c["rounds"]:
-            r["step_s"], r["graph_s"] = r["step_s"] / 2, r["graph_s"] / 2
+            for method in point.get("methods", headtohead.METHODS):
+                r[f"{method}_s"] /= 2
     return point
 
 
@@ -304,9 +306,9 @@ GQA_CAUSAL = {"name": "gqa_causal", "mask": "causal", "D": 128, "dtype": "fp16",
 
 
 def test_configurations_raced_and_unraced_under_the_mask_each_judged_as_config_asks(tmp_path, monkeypatch):
-    """dense and causal raced; causal_bf16 and gqa_causal, under the mask, raced by no one and each held by
-    the shipped goal to causal's cycles: every part rendered, every configuration in the goals' table, the
-    unraced ones judged from their counts against causal's."""
+    """dense and causal raced, causal by graph alone; causal_bf16 and gqa_causal, under the mask, raced by no
+    one and each held by the shipped goal to causal's cycles: every part rendered, every configuration in
+    the goals' table, the unraced ones judged from their counts against causal's."""
     unraced = {"rivals": []}
     causal_runs = ["v15.causal", "sdpa_auto.causal", "unfused.causal"]
     expected = Expected(**{**records.EXPECTED.__dict__,
@@ -318,7 +320,7 @@ def test_configurations_raced_and_unraced_under_the_mask_each_judged_as_config_a
                             {"dense": {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0},
                              "causal": {"v15.causal": 380.0, "sdpa_auto.causal": 300.0}, "causal_bf16": {},
                              "gqa_causal": {}}, expected, {"causal": halved},
-                            asks={"causal_bf16": unraced, "gqa_causal": unraced})
+                            asks={"causal": {"back_to_back": False}, "causal_bf16": unraced, "gqa_causal": unraced})
     reports = tmp_path / "reports"
     gpu_reports.render(archive, reports, ROOT / "workflow" / "templates" / "report.md.j2", "nvidia-h200",
                        shipped_settings().goal)
@@ -336,3 +338,18 @@ def test_configurations_raced_and_unraced_under_the_mask_each_judged_as_config_a
     assert "its cycles at most 2% above those of the best version of causal" in part
     assert "- The line's best, v15, raced by no one here: its next goal, judged by its cycles, is reached." in part
     assert "A version's choices are its file's, the same in every configuration" in part  # listed once, in dense's
+    dense, causal = (part.split("## Cycles")[0]
+                     for part in hopper.split("# The line in the configuration causal (the causal mask, D=128, fp16)"))
+    assert "| verdict | back to back | interval | verdict | cycles |" in dense
+    assert "| verdict | cycles |" in causal and "back to back |" not in causal
+    assert "no calls timed back to back here, as config's `head_to_head.back_to_back` asks" in causal
+    table = pd.read_csv(archive / "head_to_head.csv")
+    assert set(table[table.config == "causal"].method) == {"graph"} and set(table[table.config == "dense"].method) == \
+        {"step", "graph"}
+    step = table[(table.config == "dense") & (table.method == "step")].head(1).assign(config="causal", version="v15.causal",
+                                                                                      rival="sdpa_auto.causal")
+    pd.concat([table, step]).to_csv(archive / "head_to_head.csv", index=False)
+    with pytest.raises(BadRecord, match="by step at the case\\): method 'step' is not one the head-to-head timed here "
+                                        "\\(graph\\)"):
+        summary, _, _, meta = archive_tables.read_tables(archive)
+        archive_tables.read_paired(archive, meta, summary)

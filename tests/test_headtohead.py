@@ -291,12 +291,12 @@ class LoggedPeer(SwitchedPeer):
         return lambda: self._logged("replay", calls)
 
 
-def _logged_point(lead_in_ms: float, energy_rounds: int) -> dict:
+def _logged_point(lead_in_ms: float, energy_rounds: int, back_to_back: bool = True) -> dict:
     """A point of two logged contestants in two rounds, with NVML's energy counter: its record, the
     contestants' calls in LoggedPeer.log."""
     peers = [LoggedPeer("v22"), LoggedPeer("flash_attn_cute")]
     settings = {"rounds": 2, "min_timing_ms": 5, "lead_in_ms": lead_in_ms, "warmup": 1,
-                "energy_rounds": energy_rounds, "energy_window_s": 0.01}
+                "energy_rounds": energy_rounds, "energy_window_s": 0.01, "back_to_back": back_to_back}
     LoggedPeer.log.clear()
     LoggedPeer.seconds.clear()
     return headtohead.measure(peers, Shape(1, 64, 1024, 128), settings, 0, _SpanSampler(), _LoggedEnergy(),
@@ -326,6 +326,22 @@ def test_each_timing_starts_after_a_lead_in_of_its_own_graph_and_back_to_back_co
                + f"replay {name} | " * (record["contestants"][name]["energy"][0]["calls"] // calls[name]) + "energy"
                for name in ("v22", "flash_attn_cute")]
     assert log.endswith(f"{turns[0]} | {windows[0]} | {windows[1]}")
+
+
+def test_a_configuration_without_back_to_back_times_each_turns_graph_alone_and_compares_by_graph():
+    """back_to_back false: each turn is the lead-in and the graph's timing, no call made after them; the
+    record says which method it timed, and the point's rows are by graph alone."""
+    record = _logged_point(lead_in_ms=12, energy_rounds=0, back_to_back=False)
+    lead_in = {name: c["lead_in_replays"] for name, c in record["contestants"].items()}
+    turns = [f"replay {name} | " * lead_in[name] + f"event | replay {name} | event" for name in ("v22", "flash_attn_cute")]
+    assert " | ".join(LoggedPeer.log).endswith(f"{turns[0]} | {turns[1]} | {turns[1]} | {turns[0]}")
+    assert record["methods"] == ["graph"]
+    for c in record["contestants"].values():
+        assert "step_calls_per_timing" not in c
+        assert all(set(r) == {"graph_s", "clocks"} and set(r["clocks"]) == {"graph"} for r in c["rounds"])
+    rows = comparisons({**record, "is_case": True}, ["v22"], ["flash_attn_cute"], **SETTINGS)
+    assert [(r["version"], r["rival"], r["method"]) for r in rows] == [("v22", "flash_attn_cute", "graph")]
+    assert headtohead.methods({}) == headtohead.methods({"back_to_back": True}) == ("step", "graph")
 
 
 def test_a_configuration_that_asks_no_energy_windows_gets_none_and_says_why():

@@ -339,6 +339,21 @@ def test_a_head_to_head_whose_rounds_are_not_paired_or_a_count_without_the_case_
     write_json(path, point)
     with pytest.raises(BadRecord, match="key 'contestants': rounds differ between contestants"):
         read_record(path, "head_to_head", records.EXPECTED)
+    point = records.head_to_head_record(records.CASE, {"v15": 590.0, "sdpa_auto": 560.0}, seed=0, back_to_back=False)
+    write_json(path, point)
+    assert read_record(path, "head_to_head", records.EXPECTED)["methods"] == ["graph"]
+    for method_said, what in (([], r"key 'methods': \[\] should be non-empty"),
+                              (["step"], r"key 'methods': \['step'\] does not contain"),
+                              (None, r"key 'contestants\.sdpa_auto\.rounds\[0\]\.step_s': missing")):  # none: both
+        changed = {**point, "methods": method_said} if method_said is not None else \
+            {k: v for k, v in point.items() if k != "methods"}
+        write_json(path, changed)
+        with pytest.raises(BadRecord, match=what):
+            read_record(path, "head_to_head", records.EXPECTED)
+    point["contestants"]["v15"]["rounds"][0].update(step_s=1e-3, issue_s=1e-4, dispatch_bound=False)
+    write_json(path, point)  # a round back to back in a point that says it timed the graph alone
+    with pytest.raises(BadRecord, match=r"key 'contestants\.v15\.rounds\[0\]': False schema does not allow 0\.001"):
+        read_record(path, "head_to_head", records.EXPECTED)
     counts = records.cycles_record("v15", [{**records.CASE, "S": 2048}], 590.0)
     write_json(tmp_path / "v15.json", counts)
     with pytest.raises(BadRecord, match="key 'points': no count at the case"):

@@ -331,10 +331,12 @@ def head_to_head_problem(table, meta: dict, summary) -> str | None:
     their checks; its ratio and interval positive and finite, the ratio inside the interval, its
     verdict the one the interval and the band (level_within) give, its rounds the configured ones,
     the graph fair to both sides (only back-to-back calls can time the CPU's dispatch). And one row,
-    no more, for each version, rival and method at every point where both were run."""
-    from .headtohead import METHODS, design_rounds, verdict
+    no more, for each version, rival and method the configuration times (headtohead.methods) at every
+    point where both were run."""
+    from .headtohead import design_rounds, methods, verdict
 
     settings, headline, case = meta["head_to_head"], meta.get("headline") or [], meta["case"]
+    timed = methods(settings)
     rivals_of = {v: [*headline[i + 1:], *settings["rivals"]] for i, v in enumerate(headline)}
     points, band = head_to_head_points(meta), settings["level_within"]
     seen, timed_at = {}, {}  # each point's contestants, as its rows name them: its rounds are their designs'
@@ -352,8 +354,8 @@ def head_to_head_problem(table, meta: dict, summary) -> str | None:
             if rival not in rivals_of[version]:
                 raise _Refused(f"{rival} is not one of {version}'s rivals in kernels.json "
                                f"({', '.join(rivals_of[version]) or 'none'})")
-            if method not in METHODS:
-                raise _Refused(f"method {method!r} is not one of {', '.join(METHODS)}")
+            if method not in timed:
+                raise _Refused(f"method {method!r} is not one the head-to-head timed here ({', '.join(timed)})")
             for name in (version, rival):
                 _passed(_known(meta, name), "in the head-to-head")
             if shape not in points:
@@ -381,7 +383,7 @@ def head_to_head_problem(table, meta: dict, summary) -> str | None:
         except _Refused as e:
             return f"{where}: {e}"
     entries, refusals = _entries(meta), _sweep_refusals(summary)
-    order = [(i, v, r, m) for i, p in enumerate(points) for v in headline for r in rivals_of[v] for m in METHODS
+    order = [(i, v, r, m) for i, p in enumerate(points) for v in headline for r in rivals_of[v] for m in timed
              if _runs_at(entries.get(v), p, refusals) and _runs_at(entries.get(r), p, refusals)]
     return _missing(order, seen, lambda k: f"{k[1]} against {k[2]} by {k[3]} at {_where(points[k[0]], case)}, "
                                            "where kernels.json says both were run")

@@ -9,8 +9,8 @@ process, in rounds:
              here), as many calls per timing as fill min_timing_ms, their CUDA graph captured once
     rounds   whole balanced designs (balanced_orders), as few as give at least `rounds` rounds: in
              each, every contestant in turn: a lead-in (its graph replayed, untimed, for at least
-             lead_in_ms), then its graph replayed between two events, then its calls back to back
-             between two events (the write-up's method)
+             lead_in_ms), then its graph replayed between two events, then, where `back_to_back`
+             asks, its calls back to back between two events (the write-up's method)
     energy   `energy_rounds` rounds, in the same orders: a lead-in, then the graph replayed for at
              least energy_window_s between two readings of NVML's energy counter
 
@@ -57,6 +57,15 @@ COLUMNS = [
 ]
 
 
+def methods(settings: dict) -> tuple[str, ...]:
+    """The methods a point times with `settings` (config's head_to_head in its configuration): by CUDA
+    graph always, the fair figure every goal judges; back to back too unless back_to_back is false.
+    Where a point's kernels take a millisecond or more, the two agree within noise, and only calls
+    whose Python dispatch outlasts their kernel tell them apart (not fair figures, config says where
+    they are still taken)."""
+    return METHODS if settings.get("back_to_back", True) else ("graph",)
+
+
 # ---- statistics (no GPU) --------------------------------------------------------------------------
 
 def paired_ratios(version_s: list[float], rival_s: list[float]) -> np.ndarray:
@@ -101,9 +110,10 @@ def _median(values) -> float | None:
 def comparisons(record: dict, headline: list[str], rivals: list[str], confidence: float, resamples: int,
                 level_within: float) -> list[dict]:
     """The rows of head_to_head.csv for one point's record: each headline version against the later
-    headline versions (its predecessors) and every rival, by each method. A contestant missing from
-    the record (it failed its check, or was skipped) has no rows. Under a causal mask (the record's
-    `causal`) the FLOPs are half."""
+    headline versions (its predecessors) and every rival, by each method the point timed (the record's
+    `methods`; absent: a run before the choice, which timed both). A contestant missing from the record
+    (it failed its check, or was skipped) has no rows. Under a causal mask (the record's `causal`) the
+    FLOPs are half."""
     shape = Shape(**{d: record[d] for d in "BHSD"})
     timed, causal = record["contestants"], record.get("causal", False)
     rows = []
@@ -114,7 +124,7 @@ def comparisons(record: dict, headline: list[str], rivals: list[str], confidence
             if rival not in timed:
                 continue
             mine, theirs = timed[version], timed[rival]
-            for method in METHODS:
+            for method in record.get("methods", METHODS):
                 key = f"{method}_s"
                 row = {"config": record.get("configuration"), **shape.as_dict(), "is_case": record["is_case"],
                        "version": version, "rival": rival,
@@ -182,10 +192,12 @@ class _Contestant:
     The graph holds as many calls as fill the shorter of a timing and a lead-in; a timing replays it as
     often as fill min_timing_s, a lead-in as often as fill lead_in_s. With the head-to-head's timings
     as long as its lead-ins, a timing is one replay; with 1 s timings (a ragged pair's) a lead-in stays
-    near its 100 ms instead of a whole 1 s replay. Back to back it makes the graph timing's calls, or
-    as many as fill the same time where its dispatch makes each call slower (`step_calls`)."""
+    near its 100 ms instead of a whole 1 s replay. Back to back (where `back_to_back`) it makes the
+    graph timing's calls, or as many as fill the same time where its dispatch makes each call slower
+    (`step_calls`; None where it times no calls back to back)."""
 
-    def __init__(self, impl, shape: Shape, seed: int, warmup: int, min_timing_s: float, lead_in_s: float):
+    def __init__(self, impl, shape: Shape, seed: int, warmup: int, min_timing_s: float, lead_in_s: float,
+                 back_to_back: bool = True):
         self.impl, self.name, self.cp = impl, impl.name, impl.cp
         impl.activate()  # torch's backend switches are the process's: each peer sets its own before its calls
         self.args = impl.inputs(shape, impl.cp.random.default_rng(seed))  # the same values for every contestant
@@ -205,8 +217,10 @@ class _Contestant:
         self.timing_replays = math.ceil(min_timing_s / replay_s)
         self.calls = self.graph_calls * self.timing_replays  # a graph timing's
         self.lead_in_replays = math.ceil(lead_in_s / replay_s)
-        step_s = elapsed_ms(self.cp, lambda: self._back_to_back(self.graph_calls)) / 1e3
-        self.step_calls = max(MIN_CALLS, min(self.calls, math.ceil(self.calls * replay_s / step_s)))
+        self.step_calls = None
+        if back_to_back:
+            step_s = elapsed_ms(self.cp, lambda: self._back_to_back(self.graph_calls)) / 1e3
+            self.step_calls = max(MIN_CALLS, min(self.calls, math.ceil(self.calls * replay_s / step_s)))
 
     def _lead_in(self) -> None:
         """The graph replayed untimed until the GPU is on this contestant's load; what is timed next
@@ -229,11 +243,13 @@ class _Contestant:
         return elapsed_ms(self.cp, lambda: self._replays(self.timing_replays)) / 1e3 / self.calls
 
     def time_round(self) -> dict:
-        """One turn: the lead-in, the graph, then back to back; wall-clock windows kept for the clock
-        readings."""
+        """One turn: the lead-in, the graph, then back to back where asked; wall-clock windows kept for
+        the clock readings."""
         t0 = time.time()
         graph_s = self.time_graph()
         t1 = time.time()
+        if self.step_calls is None:
+            return {"graph_s": graph_s, "windows": {"graph": (t0, t1)}}
         step_ms, issue_s = elapsed_and_issued(self.cp, lambda: self._back_to_back(self.step_calls))
         t2 = time.time()
         step_s, issue_s = step_ms / 1e3 / self.step_calls, issue_s / self.step_calls
@@ -295,7 +311,7 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
         raise FlashbenchError(f"the head-to-head names a contestant twice: {names}")
     if len({impl.causal for impl in impls}) > 1:
         raise FlashbenchError(f"the head-to-head pits causal against non-causal contestants: {names}")
-    causal = bool(impls) and impls[0].causal
+    causal, timed = bool(impls) and impls[0].causal, methods(settings)
     contestants, excluded = {}, {}
     for impl in impls:  # one without a kernel for this shape (a peer above its max_seq_len) is left out
         if reason := impl.supports(shape):
@@ -304,7 +320,7 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
         progress(f"head-to-head {shape}: preparing {impl.name}")
         try:
             contestants[impl.name] = _Contestant(impl, shape, seed, settings["warmup"], settings["min_timing_ms"] / 1e3,
-                                                 settings["lead_in_ms"] / 1e3)
+                                                 settings["lead_in_ms"] / 1e3, back_to_back="step" in timed)
         except NoKernelForShape as e:
             excluded[impl.name] = str(e)
     names = [name for name in names if name in contestants]
@@ -331,17 +347,17 @@ def measure(impls: list, shape: Shape, settings: dict, seed: int, sampler, energ
                 graph_s = float(np.median([x["graph_s"] for x in rounds[name]]))
                 energies[name].append(contestants[name].energy_window(energy, settings["energy_window_s"], graph_s))
     for name in names:
-        step = np.median([x["step_s"] for x in rounds[name]])
-        graph = np.median([x["graph_s"] for x in rounds[name]])
-        progress(f"  {name}: {attention.tflops(shape, step, causal):.1f} TFLOPS back to back, "
-                 f"{attention.tflops(shape, graph, causal):.1f} by graph ({contestants[name].calls} calls a timing)")
+        tflops = {m: attention.tflops(shape, np.median([x[f"{m}_s"] for x in rounds[name]]), causal) for m in timed}
+        back_to_back = f"{tflops['step']:.1f} TFLOPS back to back, " if "step" in tflops else ""
+        progress(f"  {name}: {back_to_back}{tflops['graph']:.1f} by graph ({contestants[name].calls} calls a timing)")
     return {
         **shape.as_dict(),
         "causal": causal,
+        "methods": list(timed),
         "order": names,
         "round_orders": orders,
         "contestants": {name: {"identity": contestants[name].impl.identity, "calls_per_timing": contestants[name].calls,
-                               "step_calls_per_timing": contestants[name].step_calls,
+                               **({"step_calls_per_timing": contestants[name].step_calls} if "step" in timed else {}),
                                "lead_in_replays": contestants[name].lead_in_replays,
                                "rounds": rounds[name], "energy": energies[name]} for name in names},
         "energy_reason": ("NVML has no energy counter for this GPU" if energy is None else

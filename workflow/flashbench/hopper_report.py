@@ -72,7 +72,8 @@ def _cell(frame: pd.DataFrame | None, row, column) -> float | None:
 def goal_verdicts(table: pd.DataFrame | None, meta: dict, goal: Goal, cycles: pd.DataFrame | None = None
                   ) -> dict | None:
     """The goal judged from the head-to-head: per rival and point, the best headline version's paired
-    ratio, interval and verdict by CUDA graph and back to back, and beside them the rival's cycles
+    ratio, interval and verdict by CUDA graph and, where the point timed it, back to back, and beside
+    them the rival's cycles
     over the version's where both were counted there. The goal is reached where no fair verdict
     against the goal's rivals is "behind" at the case and at every S >= goal.min_s."""
     best = line_best(meta)
@@ -94,11 +95,12 @@ def goal_verdicts(table: pd.DataFrame | None, meta: dict, goal: Goal, cycles: pd
     complete = bool(in_goal) and {(p["where"], p["rival"]) for p in in_goal} == {
         (w, r) for w in goal_wheres for r in goal_rivals}
     behind = [f"{p['rival']} at {p['where']} ({m})" for p in in_goal for m in ("graph", "step")
-              if p[m]["fair"] and p[m]["verdict"] == "behind"]
+              if m in p and p[m]["fair"] and p[m]["verdict"] == "behind"]
     by_rival = {}  # each rival, as the points first name it: its points by verdict
     for p in points:
         by_rival.setdefault(p["rival"], {}).setdefault(p["graph"]["verdict"], []).append(p["where"])
     return {"best": best, "goal_rivals": goal_rivals, "points": points, "by_rival": by_rival,
+            "back_to_back": any("step" in p for p in points),
             "behind": behind, "complete": complete, "reached": complete and not behind,
             "stretch": complete and min(p["graph"]["ci_low"] for p in in_goal) >= goal.stretch,
             **{key: settings.get(key) for key in ("level_within", "confidence")},
