@@ -11,9 +11,15 @@ from flashbench import NoKernelForShape, attention
 from flashbench.check import Gate, check_kernel, check_shape
 from flashbench.config import Shape
 
+def _event(done: bool):
+    """A CUDA event as the check polls it: recorded after a call, done once the call has finished."""
+    return lambda disable_timing=False: types.SimpleNamespace(record=lambda: None, done=done)
+
+
 NUMPY_AS_CUPY = types.SimpleNamespace(
     **{name: getattr(np, name) for name in dir(np) if not name.startswith("_")},
-    cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(deviceSynchronize=lambda: None, CUDARuntimeError=RuntimeError),
+    cuda=types.SimpleNamespace(Event=_event(done=True),
+                               runtime=types.SimpleNamespace(deviceSynchronize=lambda: None, CUDARuntimeError=RuntimeError),
                                driver=types.SimpleNamespace(CUDADriverError=RuntimeError)))
 GATE = Gate(factor=2.0, tolerance=5e-3)
 BLOCK = 64  # the rows of one block, and the keys of one key tile, of the implementations below
@@ -285,6 +291,36 @@ def test_no_kernel_for_a_shape_is_a_skip_anything_else_stops_the_check():
     from flashbench import FlashbenchError
     with pytest.raises(FlashbenchError, match="out of memory"):
         check_shape(OutOfMemory(), SMALL[0], GATE, seed=1)
+
+
+def test_a_call_that_never_finishes_fails_its_check_by_the_deadline_and_ends_it(monkeypatch):
+    """A kernel that hangs (its event never done, as a barrier nothing arrives at leaves it): the check does
+    not wait on it for ever, but fails it as hung once the deadline passes, and calls it no more."""
+    import time
+
+    from flashbench import check
+
+    class Hangs(Implementation):
+        def __init__(self):
+            super().__init__(name="hangs")
+            self.calls = 0
+            self.cp = types.SimpleNamespace(**{**vars(NUMPY_AS_CUPY), "cuda": types.SimpleNamespace(
+                **{**vars(NUMPY_AS_CUPY.cuda), "Event": _event(done=False)})})
+
+        def __call__(self, q, k, v, o):
+            self.calls += 1
+            return o
+
+    monkeypatch.setattr(check, "HANG_AFTER_S", 0.05)
+    started = time.monotonic()
+    result = check_shape(Hangs(), SMALL[0], GATE, seed=1)
+    assert 0.05 <= time.monotonic() - started < 5
+    assert result["passed"] is False and result["fatal"] and result["hung"]
+    assert result["reason"] == "the call had not finished after 0.05 s: it hangs"
+    hangs = Hangs()
+    stopped = check_kernel(hangs, SMALL, GATE, progress=lambda m: None)
+    assert hangs.calls == 1 and len(stopped["shapes"]) == 1 and not stopped["passed"]
+    assert stopped["reason"] == "B=1 H=3 S=128 normal: the call had not finished after 0.05 s: it hangs"
 
 
 def test_each_kernel_is_also_checked_at_its_smallest_s_with_an_odd_head_count():

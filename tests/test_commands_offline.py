@@ -142,6 +142,33 @@ def test_a_head_to_head_point_runs_to_its_rounds_with_each_contestant_in_its_con
     assert json.loads(offline.out.read_text())["configuration"] == configuration
 
 
+def test_a_check_whose_call_hangs_writes_its_record_then_leaves_the_process_at_once(offline, monkeypatch):
+    """The hung call still runs on the GPU: the record is written, then the process ends on the spot (no
+    exit handler, no release of the lock, that would wait on the call)."""
+    from flashbench import check as check_module
+    from flashbench import cli
+
+    hung = {**records.CASE, "inputs": "normal", "seed": 1, "passed": False, "fatal": True, "hung": True,
+            "reason": "the call had not finished after 60 s: it hangs"}
+    monkeypatch.setattr(check_module, "check_kernel", lambda kernel, *a, **k: {
+        "kernel": kernel.name, "gate": records.GATE, "inputs": ["normal"], "passed": False,
+        "reason": f"B=1 H=64 S=1024 normal: {hung['reason']}", "shapes": [hung]})
+
+    class Left(Exception):
+        pass
+
+    def leave(status):
+        raise Left(status)
+
+    monkeypatch.setattr(cli.os, "_exit", leave)
+    options, _ = offline.files("v25")
+    with pytest.raises(Left) as left:
+        main(["check", "--settings", offline.file, *options, "--out", str(offline.out)])
+    assert left.value.args == (0,)  # the run goes on without v25
+    record = json.loads(offline.out.read_text())
+    assert record["passed"] is False and record["shapes"][0]["hung"] and "it hangs" in record["reason"]
+
+
 @pytest.mark.parametrize("name", [run for run in RUNS if not run.startswith(("sdpa", "flash_attn"))])
 def test_a_kernels_check_runs_to_the_gate_at_its_configurations_shapes_and_mask(offline, monkeypatch, name):
     from flashbench import check as check_module

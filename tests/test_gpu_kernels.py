@@ -313,6 +313,46 @@ def test_a_mislaunched_kernel_fails_loudly_and_the_run_goes_on(build, name, how)
     assert result["reason"].startswith("kernel launch failed")
 
 
+# A call that never ends (one thread waiting on a flag nothing sets, as a kernel waits on a barrier nothing
+# arrives at), checked as the check command checks it: the record, then the process left at once.
+HANGING = """
+import json
+import cupy as cp
+from flashbench import attention, check, cli
+from flashbench.config import Shape
+
+SPIN = cp.RawKernel(r'extern "C" __global__ void spin(volatile int *flag) { while (*flag == 0) { } }', "spin")
+
+
+class Hangs:
+    name, cp, causal, skips_unsupported = "hangs", cp, False, False
+
+    def supports(self, shape):
+        return None
+
+    def inputs(self, shape, rng, kind="normal"):
+        return attention.random_inputs(cp, shape, rng, kind)
+
+    def __call__(self, q, k, v, o):
+        self.flag = cp.zeros(1, cp.int32)
+        SPIN((1,), (1,), (self.flag,))
+        return o
+
+
+check.HANG_AFTER_S = 2.0
+print(json.dumps(check.check_shape(Hangs(), Shape(1, 1, 256, 128), check.Gate(2, 0.005), seed=1)))
+cli._leave_now()
+"""
+
+
+def test_a_call_that_hangs_fails_its_check_in_seconds_and_its_process_ends_with_it():
+    proc = subprocess.run([sys.executable, "-c", HANGING], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["passed"] is False and result["fatal"] and result["hung"]
+    assert result["reason"] == "the call had not finished after 2 s: it hangs"
+
+
 # A launch at each of two small ragged shapes with an odd B*H, on far_max (the rare path): what
 # compute-sanitizer runs, at the D of the build's configuration. S=230 ends its last key tile at 102 keys (38
 # in key tiles of 64, as at D=256), S=150 at 22: a kernel with an entry for a key tile of 1 to 32 keys (V25's

@@ -15,17 +15,24 @@ well under plain code's error; `factor` (2) leaves room for another accumulation
 approximate exp2, while one wrong row, a block that missed a key tile or a 1% scale error land one
 to three orders of magnitude above. The rounding floor keeps an output that is exact but for its
 own rounding (all-equal logits) from failing on a yardstick that happens to round closer.
+
+A call that faults, or that has not finished after HANG_AFTER_S (a barrier nothing arrives at, a loop
+without end: a new version's bug), fails its check there and ends it: the record says so, and the run
+goes on without that kernel (cli's check leaves the process at once after a hang, as its call still
+runs on the GPU).
 """
 from __future__ import annotations
 
 import math
 import secrets
+import time
 from dataclasses import dataclass
 
 from . import FlashbenchError, NoKernelForShape, attention, elements
 from .config import Shape
 
 
+HANG_AFTER_S = 60.0  # the check's largest call takes about a millisecond on an H200, ten under compute-sanitizer
 METRICS = ("max_abs_error", "worst_row_rel_error", "rel_error")
 METRIC_NAMES = {"max_abs_error": "max abs error", "worst_row_rel_error": "worst row's relative error",
                 "rel_error": "whole-tensor relative error"}
@@ -75,9 +82,26 @@ def _share(error: float, threshold: float) -> float:
     return 0.0 if error == 0 else math.inf
 
 
+def finished_within(cp, seconds: float) -> bool:
+    """Whether the work given to the GPU so far on the current stream (a call just made) finishes within
+    `seconds`: its completion polled, never waited on, so that a call that does not end cannot hang the
+    caller. A call that faulted raises CuPy's error here."""
+    done = cp.cuda.Event(disable_timing=True)
+    done.record()
+    deadline, pause = time.monotonic() + seconds, 1e-4
+    while not done.done:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(pause)
+        pause = min(2 * pause, 0.01)
+    return True
+
+
 def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal", causal: bool = False) -> dict:
     """`kernel`: an AttentionKernel or a TorchPeer (name, cp, supports, skips_unsupported, inputs, call,
-    causal), judged against the reference under the causal mask where `causal`."""
+    causal), judged against the reference under the causal mask where `causal`. A call that faults, or
+    has not finished after HANG_AFTER_S, is `fatal` (and `hung`, the latter): no call may follow it in
+    this process."""
     cp = kernel.cp
     row = {**shape.as_dict(), "inputs": kind, "seed": seed}
     if kernel.causal != causal:
@@ -94,6 +118,9 @@ def check_shape(kernel, shape: Shape, gate: Gate, seed: int, kind: str = "normal
     given = {"Q": q.copy(), "K": k.copy(), "V": v.copy()}  # the reference's: the kernel may write into q, k, v
     try:
         out = cp.asarray(kernel(q, k, v, o)).view(q.dtype)  # a peer's bf16 comes back as int16
+        if not finished_within(cp, HANG_AFTER_S):
+            return {**row, "passed": False, "fatal": True, "hung": True,
+                    "reason": f"the call had not finished after {HANG_AFTER_S:g} s: it hangs"}
         cp.cuda.runtime.deviceSynchronize()
     except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
         # a kernel that faults poisons the CUDA context: record it and check no further shape

@@ -242,7 +242,19 @@ def cmd_check(a) -> None:
                               ragged=settings.check_ragged)
         _write_record(a, {**result, "configuration": run.configuration.name, **kernel.identity,
                           "provenance": gpu.provenance()})
-    print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
+        print(f"{kernel.name}: {'all shapes pass' if result['passed'] else 'FAILED: ' + result['reason']}")
+        if any(r.get("hung") for r in result["shapes"]):
+            _leave_now()
+
+
+def _leave_now() -> None:
+    """End the process at once, its record written: a call that hangs still runs on the GPU and ends with
+    the process (the driver tears its context down), while anything else, CuPy freeing its memory at
+    exit or the lock's release, would wait on it for ever (the lock is let go with the process; the
+    journal has no line for that hold)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _refused(check: dict, a, done: str = "timed") -> bool:
