@@ -28,19 +28,26 @@ CASE = Shape(1, 64, 1024, 128)
 def builds(settings, tmp_path_factory, needs_nvcc):
     """Every kernel build (each kernel in each configuration it runs in: v25, v25.causal, v25.bf16, v25.gqa)
     that runs here, by its name, making its inputs in its configuration."""
+    from concurrent.futures import ThreadPoolExecutor
+
     here = gpu.require().arch
     out = tmp_path_factory.mktemp("cubins")
-    kernels = {}
+    runs = []
     for run in settings.kernel_builds():
         k = settings.kernel(run.of)
         arch = runnable_build(k.archs, here) if k.archs else here
-        if arch is None:  # e.g. an sm_90a kernel on an SM103: the pipeline skips it too
-            continue
+        if arch is not None:  # None: e.g. an sm_90a kernel on an SM103: the pipeline skips it too
+            runs.append((run, k, arch))
+
+    def compiled(run, k, arch):
         cubin = out / f"{run.name}.cubin"
         record = compile_kernel(run.name, ROOT / k.source, arch, settings.nvcc_flags, settings.defines(run.name), cubin)
         write_json(out / f"{run.name}.json", record)
-        kernels[run.name] = AttentionKernel(cubin, record, run.configuration)
-    return kernels
+        return cubin, record
+
+    with ThreadPoolExecutor() as pool:  # nvcc in processes of its own: the builds side by side
+        made = list(pool.map(lambda r: compiled(*r), runs))
+    return {run.name: AttentionKernel(cubin, record, run.configuration) for (run, _, _), (cubin, record) in zip(runs, made)}
 
 
 @pytest.fixture(scope="module")
