@@ -56,7 +56,9 @@ def write_archive(tmp, monkeypatch, others: list[tuple[dict, list[str]]], tflops
     shapes = [records.CASE, *({**records.CASE, "S": S} for S in records.SWEEP_S if S != records.CASE["S"])]
     points, counts = [], []
     for configuration in configurations:
-        for seed, shape in enumerate(shapes if contestants[configuration["name"]] else []):  # none: not raced
+        asked = (asks or {}).get(configuration["name"], {}).get("S")  # the points it names, else every length
+        at = [shape for shape in shapes if asked is None or shape["S"] in asked]
+        for seed, shape in enumerate(at if contestants[configuration["name"]] else []):  # none: not raced
             back_to_back = (asks or {}).get(configuration["name"], {}).get("back_to_back", True)
             point = records.head_to_head_record({**shape, "D": configuration["D"]}, contestants[configuration["name"]],
                                                 seed, back_to_back)
@@ -66,7 +68,8 @@ def write_archive(tmp, monkeypatch, others: list[tuple[dict, list[str]]], tflops
     headlines = {f"v15.{c['name']}" for c, _ in others}  # counted at every S, raced or not
     paired = {name for timed in contestants.values() for name in timed} | headlines
     for e in entries:
-        at = [{**s, "D": expected.case_of(e["name"])["D"]} for s in shapes]
+        asked = (asks or {}).get(e.get("config"), {}).get("S")  # its configuration's points, else every length
+        at = [{**s, "D": expected.case_of(e["name"])["D"]} for s in shapes if asked is None or s["S"] in asked]
         counts.append(records.cycles_record(e["name"], at if e["name"] in paired else at[:1], 100.0))
 
     def contestants_of(name):
@@ -353,3 +356,52 @@ def test_configurations_raced_and_unraced_under_the_mask_each_judged_as_config_a
                                         "\\(graph\\)"):
         summary, _, _, meta = archive_tables.read_tables(archive)
         archive_tables.read_paired(archive, meta, summary)
+
+
+# ---- the shipped configurations, all twelve: what the archive run will hand the report -------------------
+
+def test_the_shipped_configurations_each_get_their_part_and_their_goal_row(tmp_path, monkeypatch):
+    """config.yaml's configurations with its head-to-head's asks (rivals none, S, energy windows, back to back
+    by configuration), v15 standing for the headline and sdpa_auto for the rivals in those raced: summarized,
+    read back and rendered, every configuration has its part under its own title and a row in the goals'
+    table, each judged, raced or not, and the figures are drawn."""
+    shipped = shipped_settings()
+    # each as shipped, at the records' lengths: S=512 in the first configuration alone, as config.yaml has it
+    asks = {name: {**asked, "S": [S for S in records.SWEEP_S if S in asked["S"]]}
+            for name, asked in shipped.head_to_head["configurations"].items()}
+    first, *others = [c.as_dict() for c in shipped.configurations]
+    assert first == DENSE
+    raced = [c for c in others if asks.get(c["name"], {}).get("rivals") != []]
+    assert len(others) == 11 and len(raced) == 5  # the write-up's configuration and five raced, six not
+    runs = {c["name"]: ["v15", *(["sdpa_auto"] if c in raced else [])] for c in others}
+    named = {f"{n}.{c['name']}" for c in others for n in runs[c["name"]]}
+    expected = Expected(**{**records.EXPECTED.__dict__,
+                           "peers": [*(p["name"] for p in records.PEERS), *(n for n in named if n.startswith("sdpa"))],
+                           "causal": [*(n for n in named if n.split(".")[1] in {c["name"] for c in others
+                                                                                if c["mask"] == "causal"}),
+                                      *(c["name"] for c in others if c["mask"] == "causal")],
+                           "head_dims": {n: c["D"] for c in others for n in named if n.endswith(f".{c['name']}")
+                                         and c["D"] != 128},
+                           "configuration_head_dims": {c["name"]: c["D"] for c in others if c["D"] != 128}})
+    contestants = {"dense": {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0},
+                   **{c["name"]: ({f"v15.{c['name']}": 380.0, f"sdpa_auto.{c['name']}": 330.0} if c in raced else {})
+                      for c in others}}
+    halving = {c["name"]: halved for c in raced if c["mask"] == "causal"}
+    archive = write_archive(tmp_path, monkeypatch, [(c, runs[c["name"]]) for c in others],
+                            {**TFLOPS, **{n: 380.0 for n in named}}, contestants, expected, halving, asks=asks)
+    table = pd.read_csv(archive / "head_to_head.csv")
+    assert set(table.config) == {"dense", *(c["name"] for c in raced)}
+    assert set(table[table.config != "dense"].method) == {"graph"} and "step" in set(table[table.config == "dense"].method)
+    reports = tmp_path / "reports"
+    gpu_reports.render(archive, reports, ROOT / "workflow" / "templates" / "report.md.j2", "nvidia-h200", shipped.goal)
+    hopper = (reports / "hopper.md").read_text()
+    goals = hopper.split("# The goals in every configuration")[1]
+    rows = {line.split(" |")[0].removeprefix("| ").split(" (")[0]: line for line in goals.splitlines()
+            if line.startswith("| ") and not line.startswith("| configuration")}
+    assert list(rows) == [c.name for c in shipped.configurations]
+    for c in [first, *others]:  # the goal judged from the head-to-head where raced (v15 ahead of its stand-in)
+        assert ("| v15 | reached |" if c is first or c in raced else "| v15 | not asked (no rivals) |") in rows[c["name"]]
+    for c in others:
+        assert f"# The line in the configuration {c['name']} (" in hopper, c["name"]
+    for name in ("hopper_tflops.png", "hopper_sweep.png"):
+        assert (reports / name).stat().st_size > 10_000, name
