@@ -168,6 +168,23 @@ def test_a_row_or_a_count_missing_in_a_run_is_named(tmp_path):
         "cycles of v12 at S=1024: not counted in the second run"]
 
 
+def test_a_method_one_run_did_not_time_a_version_by_is_left_out_and_said_but_a_missing_version_is_not(tmp_path):
+    """The second run timed v14 by graph alone (config's back_to_back): its back-to-back rows in the first are
+    not compared, and the output names them; v15 missing from a run is still a disagreement."""
+    def graph_alone(h2h, cyc):
+        return h2h[~((h2h.version == "v14") & (h2h.method == "step"))], cyc
+
+    result = agreement.disagreements(run(tmp_path / "first"), run(tmp_path / "second", graph_alone))
+    assert result["problems"] == [] and result["by_one_method"] == ["step of v14"]
+    assert "timed so in one run alone, not compared: step of v14" in agreement.report_lines(result)
+
+    def without_v15(h2h, cyc):
+        return h2h[h2h.version != "v15"], cyc
+
+    missing = problems(tmp_path, second_changes=[without_v15])
+    assert "paired ratio of v15 vs sdpa_auto at S=1024 by step: only in the first run" in missing
+
+
 @pytest.mark.parametrize("option", ["--ratio-within", "--cycles-within"])
 @pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])
 def test_a_tolerance_is_a_positive_finite_fraction(tmp_path, capsys, option, value):

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 import records
-from flashbench import clocks, gpu, headtohead, timing
+from flashbench import clocks, config, gpu, headtohead, timing
 from flashbench.cli import main
 from flashbench.config import load_settings
 from flashbench.files import write_json
@@ -128,7 +128,7 @@ def test_a_head_to_head_point_runs_to_its_rounds_with_each_contestant_in_its_con
     measured = []
 
     def fake_measure(impls, shape, asked, seed, sampler, energy, progress=print):
-        measured.append(([impl.name for impl in impls], shape, asked["rounds"], headtohead.methods(asked)))
+        measured.append(([impl.name for impl in impls], shape, asked["rounds"], config.methods(asked)))
         return {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
 
     monkeypatch.setattr(headtohead, "measure", fake_measure)

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import records
-from flashbench import archive_tables, cycles, gpu_reports, headtohead
+from flashbench import archive_tables, config, cycles, gpu_reports, headtohead
 from flashbench.files import write_json, write_text
 from flashbench.summary import tidy_tables
 from flashbench.validation import BadRecord, Expected
@@ -90,7 +90,7 @@ def halved(point: dict) -> dict:
     """A causal point: the records' times are of the dense FLOPs, half of them here."""
     for c in point["contestants"].values():
         for r in c["rounds"]:
-            for method in point.get("methods", headtohead.METHODS):
+            for method in point.get("methods", config.METHODS):
                 r[f"{method}_s"] /= 2
     return point
 

@@ -6,7 +6,7 @@ import types
 import numpy as np
 import pytest
 
-from flashbench import FlashbenchError, NoKernelForShape, headtohead
+from flashbench import FlashbenchError, NoKernelForShape, config, headtohead
 from flashbench.config import Shape
 from flashbench.headtohead import comparisons, median_interval, paired_ratios, ratio_and_verdict, verdict
 
@@ -341,7 +341,7 @@ def test_a_configuration_without_back_to_back_times_each_turns_graph_alone_and_c
         assert all(set(r) == {"graph_s", "clocks"} and set(r["clocks"]) == {"graph"} for r in c["rounds"])
     rows = comparisons({**record, "is_case": True}, ["v22"], ["flash_attn_cute"], **SETTINGS)
     assert [(r["version"], r["rival"], r["method"]) for r in rows] == [("v22", "flash_attn_cute", "graph")]
-    assert headtohead.methods({}) == headtohead.methods({"back_to_back": True}) == ("step", "graph")
+    assert config.methods({}) == config.methods({"back_to_back": True}) == ("step", "graph")
 
 
 def test_a_configuration_that_asks_no_energy_windows_gets_none_and_says_why():

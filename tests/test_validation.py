@@ -328,6 +328,27 @@ def test_a_row_of_a_kernel_kernels_json_does_not_list_is_refused(rendered):
     refused_by_both(out, reports, "<img src=x onerror=alert(1)> is not among the kernels of kernels.json")
 
 
+def test_a_point_timed_otherwise_than_its_configuration_asks_is_to_be_run_again(tmp_path):
+    """config's head-to-head times dense's points back to back and by graph, causal's by graph alone: a
+    causal point that timed both (a record from before, none of its methods named) is refused, naming
+    what to do, and one of the graph alone is read."""
+    from flashbench.validation import BadRecord, Expected, read_record
+
+    expected = Expected.from_settings(shipped_settings())
+    assert expected.head_to_head_methods["dense"] == ["step", "graph"] and expected.head_to_head_methods["causal"] == ["graph"]
+    path = tmp_path / "S1024.causal.json"
+    for back_to_back in (True, False):
+        point = records.head_to_head_record(records.CASE, {"v25.causal": 380.0, "sdpa_cudnn.causal": 330.0}, 0,
+                                            back_to_back)
+        write_json(path, {**point, "configuration": "causal", "causal": True})
+        if back_to_back:
+            with pytest.raises(BadRecord, match=r"key 'methods': \['step', 'graph'\], but config's head-to-head times "
+                                                r"\['graph'\] in the configuration causal: run its head-to-head again"):
+                read_record(path, "head_to_head", expected)
+        else:
+            assert read_record(path, "head_to_head", expected)["methods"] == ["graph"]
+
+
 def test_a_head_to_head_whose_rounds_are_not_paired_or_a_count_without_the_case_is_refused(tmp_path):
     from flashbench.validation import BadRecord, read_record
 
@@ -350,9 +371,19 @@ def test_a_head_to_head_whose_rounds_are_not_paired_or_a_count_without_the_case_
         write_json(path, changed)
         with pytest.raises(BadRecord, match=what):
             read_record(path, "head_to_head", records.EXPECTED)
-    point["contestants"]["v15"]["rounds"][0].update(step_s=1e-3, issue_s=1e-4, dispatch_bound=False)
-    write_json(path, point)  # a round back to back in a point that says it timed the graph alone
-    with pytest.raises(BadRecord, match=r"key 'contestants\.v15\.rounds\[0\]': False schema does not allow 0\.001"):
+    import copy
+
+    for figures in ({"step_s": 1e-3, "issue_s": 1e-4, "dispatch_bound": False}, {"issue_s": 1e-4},
+                    {"dispatch_bound": False}, {"clocks": {**point["contestants"]["v15"]["rounds"][0]["clocks"],
+                                                           "step": {"samples": 0}}}):
+        back_to_back = copy.deepcopy(point)  # a round's back-to-back figures in a point of the graph alone
+        back_to_back["contestants"]["v15"]["rounds"][0].update(figures)
+        write_json(path, back_to_back)
+        with pytest.raises(BadRecord, match=r"key 'contestants\.v15\.rounds\[0\](\.clocks)?': False schema does not allow"):
+            read_record(path, "head_to_head", records.EXPECTED)
+    point["contestants"]["v15"]["step_calls_per_timing"] = 100
+    write_json(path, point)
+    with pytest.raises(BadRecord, match=r"key 'contestants\.v15': False schema does not allow 100"):
         read_record(path, "head_to_head", records.EXPECTED)
     counts = records.cycles_record("v15", [{**records.CASE, "S": 2048}], 590.0)
     write_json(tmp_path / "v15.json", counts)

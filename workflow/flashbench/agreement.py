@@ -17,7 +17,9 @@ is taken as on another GPU of the same kind, and the output says so; two kinds a
 
     python -m flashbench agreement results/nvidia-h200 /tmp/first/results/nvidia-h200
 
-A row in one run only, and a ratio or count missing in one, are disagreements too.
+A row in one run only, and a ratio or count missing in one, are disagreements too; but where a version
+was timed in both runs and by a method in one alone (config's `back_to_back`, set otherwise between
+them), those rows are not compared, and the output says which.
 """
 from __future__ import annotations
 
@@ -153,6 +155,7 @@ def disagreements(first_dir: Path | str, second_dir: Path | str, ratio_within: f
         table = _read(run.folder, "head_to_head", PAIRED_KEYS, ["ratio", "ci_low", "ci_high", "verdict", "fair"])
         paired.append(table.assign(shown=table.verdict.where(table.fair.astype(bool), "not fair")))
         counted.append(_read(run.folder, "cycles", CYCLE_KEYS, ["cycles"]).assign(shown=""))
+    paired, by_one_method = _methods_in_both(*paired)
     paired = _side_by_side(*paired, PAIRED_KEYS, "ratio", ("ci_low", "ci_high"))
     counted = _side_by_side(*counted, CYCLE_KEYS, "cycles")
     problems = []
@@ -187,8 +190,18 @@ def disagreements(first_dir: Path | str, second_dir: Path | str, ratio_within: f
         elif row.moved > cycles_within:
             problems.append(f"{name}: {row.cycles_first:.0f} -> {row.cycles_second:.0f}, "
                             f"moved {row.moved:.1%} (more than {cycles_within:.1%})")
-    return {"paired": paired, "cycles": counted, "problems": problems, "gpus": gpus,
+    return {"paired": paired, "cycles": counted, "problems": problems, "gpus": gpus, "by_one_method": by_one_method,
             "ratio_within": ratio_within, "cycles_within": cycles_within}
+
+
+def _methods_in_both(first: pd.DataFrame, second: pd.DataFrame) -> tuple[list[pd.DataFrame], list[str]]:
+    """The two runs' rows but those of a version both timed, by a method one of them did not time it by;
+    and those, as `<method> of <version>` (a version one run lacks keeps its rows: that is a disagreement)."""
+    timed = [set(zip(t.version, t.method)) for t in (first, second)]
+    in_both = set(first.version) & set(second.version)
+    alone = {(v, m) for v, m in timed[0] ^ timed[1] if v in in_both}
+    kept = [t[[(v, m) not in alone for v, m in zip(t.version, t.method)]] for t in (first, second)]
+    return kept, [f"{m} of {v}" for v, m in sorted(alone)]
 
 
 def _estimate(row, run: str) -> str:
@@ -233,6 +246,8 @@ def report_lines(result: dict) -> list[str]:
                  f"{changes.get(NEAR_EDGE, 0)} changed where an interval ends within {EDGE_WITHIN:.0%} of the band's "
                  f"edge, {changes.get(FAR_FROM_EDGE, 0)} changed far from it, {changes.get(FAIR_IN_ONE, 0)} of a "
                  "back-to-back ratio fair in one run only")
+    if result["by_one_method"]:
+        lines.append(f"timed so in one run alone, not compared: {', '.join(result['by_one_method'])}")
     counts = counted.dropna(subset=["moved"])
     if len(counts):
         lines.append(f"{len(counts)} cycle counts: {_spread(counts, CYCLE_KEYS)}")

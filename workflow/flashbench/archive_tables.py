@@ -331,9 +331,10 @@ def head_to_head_problem(table, meta: dict, summary) -> str | None:
     their checks; its ratio and interval positive and finite, the ratio inside the interval, its
     verdict the one the interval and the band (level_within) give, its rounds the configured ones,
     the graph fair to both sides (only back-to-back calls can time the CPU's dispatch). And one row,
-    no more, for each version, rival and method the configuration times (headtohead.methods) at every
+    no more, for each version, rival and method the configuration times (config.methods) at every
     point where both were run."""
-    from .headtohead import design_rounds, methods, verdict
+    from .config import methods
+    from .headtohead import design_rounds, verdict
 
     settings, headline, case = meta["head_to_head"], meta.get("headline") or [], meta["case"]
     timed = methods(settings)

@@ -444,6 +444,17 @@ class Settings:
         return [*self.headline_shapes(run.configuration), *(replace(self.case, S=S) for S in ragged)]
 
 
+METHODS = ("step", "graph")  # the head-to-head's: the write-up's back-to-back calls; their CUDA graph
+
+
+def methods(head_to_head: dict) -> tuple[str, ...]:
+    """What a point times with `head_to_head` (config's, in its configuration: head_to_head_in): by CUDA
+    graph always, the fair figure every goal judges; back to back too unless back_to_back is false.
+    Where a call takes a millisecond or more the two agree within noise; only calls whose Python
+    dispatch outlasts their kernel tell them apart, and those are no fair figure."""
+    return METHODS if head_to_head.get("back_to_back", True) else ("graph",)
+
+
 def head_to_head_in(head_to_head: dict, configuration: str) -> dict:
     """config's head_to_head (or an archive's) as a point in the configuration named runs it: the settings
     with what head_to_head.configurations asks there instead (its rivals, S, rounds, energy_rounds)."""

@@ -43,10 +43,9 @@ from dataclasses import replace
 import numpy as np
 
 from . import FlashbenchError, NoKernelForShape, attention
-from .config import Shape, ragged_near
+from .config import METHODS, Shape, methods, ragged_near
 from .timing import dispatch_bound, elapsed_and_issued, elapsed_ms
 
-METHODS = ("step", "graph")  # the write-up's back-to-back calls; their CUDA graph
 MIN_CALLS = 3
 BOOTSTRAP_SEED = 0  # the interval is a function of the archived timings: summarize gives the same CSV twice
 COLUMNS = [
@@ -55,15 +54,6 @@ COLUMNS = [
     "version_joules_per_call", "rival_joules_per_call", "version_tflops_per_watt", "rival_tflops_per_watt",
     "version_sustained_tflops", "rival_sustained_tflops",
 ]
-
-
-def methods(settings: dict) -> tuple[str, ...]:
-    """The methods a point times with `settings` (config's head_to_head in its configuration): by CUDA
-    graph always, the fair figure every goal judges; back to back too unless back_to_back is false.
-    Where a point's kernels take a millisecond or more, the two agree within noise, and only calls
-    whose Python dispatch outlasts their kernel tell them apart (not fair figures, config says where
-    they are still taken)."""
-    return METHODS if settings.get("back_to_back", True) else ("graph",)
 
 
 # ---- statistics (no GPU) --------------------------------------------------------------------------
@@ -379,7 +369,7 @@ def measure_ragged(impl, ragged: Shape, settings: dict, seed: int, progress=prin
     rounds."""
     near = replace(ragged, S=ragged_near(ragged.S))
     sides = {shape.S: _Contestant(impl, shape, seed, settings["warmup"], settings["min_timing_ms"] / 1e3,
-                                  settings["lead_in_ms"] / 1e3) for shape in (ragged, near)}
+                                  settings["lead_in_ms"] / 1e3, back_to_back=False) for shape in (ragged, near)}
     progress(f"sweep {impl.name}: S={ragged.S} against S={near.S}, paired, {settings['rounds']} rounds")
     rounds = []
     for r in range(settings["rounds"]):

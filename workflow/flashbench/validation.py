@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import FlashbenchError, attention
-from .config import Shape, pair_timing, ragged_near, ragged_pairable, sweep_lengths, sweep_steps
+from .config import METHODS, Shape, methods, pair_timing, ragged_near, ragged_pairable, sweep_lengths, sweep_steps
 from .files import read_json
 
 Problem = tuple[str, str] | None  # (key, what is wrong with it), or None
@@ -49,6 +49,8 @@ class Expected:
     # the runs, and the configurations, whose head dim is not the case's: each runs every shape at its own
     head_dims: dict = field(default_factory=dict)  # run -> D
     configuration_head_dims: dict = field(default_factory=dict)  # configuration -> D
+    # what a head-to-head point times in each configuration (config.methods), by its name
+    head_to_head_methods: dict = field(default_factory=dict)  # configuration -> [method]
 
     def case_of(self, run: str) -> dict:
         """The case as the run `run` runs it: at its head dim."""
@@ -77,7 +79,9 @@ class Expected:
                    ragged_rounds=settings.ragged_pair_timing()["rounds"] if settings.head_to_head else None,
                    head_dims={run.name: run.configuration.D for run in settings.runs()
                               if run.configuration.D != settings.case.D},
-                   configuration_head_dims={c.name: c.D for c in settings.configurations if c.D != settings.case.D})
+                   configuration_head_dims={c.name: c.D for c in settings.configurations if c.D != settings.case.D},
+                   head_to_head_methods={c.name: list(methods(settings.head_to_head_in(c)))
+                                         for c in settings.configurations} if settings.head_to_head else {})
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -249,6 +253,11 @@ def _head_to_head_as_configured(r: dict, expected: Expected) -> Problem:
     case = expected.case_in(r.get("configuration"))
     if r["is_case"] != (_dims(r) == case):
         return "is_case", f"{r['is_case']}, but {_shape_text(r)} is{'' if _dims(r) == case else ' not'} the case"
+    asked = expected.head_to_head_methods.get(r.get("configuration", next(iter(expected.head_to_head_methods), None)))
+    timed = r.get("methods", list(METHODS))  # none named: a point before the choice, which timed both
+    if asked is not None and timed != asked:
+        where = f"the configuration {r['configuration']}" if "configuration" in r else "its first configuration"
+        return "methods", f"{timed}, but config's head-to-head times {asked} in {where}: run its head-to-head again"
     if "configuration" in r:  # a point made before configurations ran without the mask
         return _masked_as_configured(r.get("causal", False), r["configuration"], expected)
     return None
