@@ -20,7 +20,8 @@
 //   rows that the consumers take in turns, not one of 128 rows: Q (64 KB), two K/V stages (128 KB) and a
 //   128-row O tile (64 KB) pass the 227 KB of shared memory. A consumer writes the O tile once the other's
 //   store has read it (the o_read barrier): its last PV is half a batch after the other's, so that wait
-//   is rarely a wait at all. Without the mask only (under it a row tile's diagonal is one key tile).
+//   is rarely a wait at all. Under the mask a row tile's diagonal crosses its last two key tiles, both
+//   masked; consumer A's rows see none of the last one's keys (its max from the tiles before).
 // Choice: grouped K/V heads a build of their own, not every build's: in the fp16 build a K/V head held
 //   beside the Q head (even head + 1) had ptxas serialise every wgmma of the ragged-first entry (C7511),
 //   its turns 39, 88, 49 SASS instructions long becoming 121, 317, 278, and a guard that traps on a
@@ -45,9 +46,9 @@
 //   the accumulators: with stores from the accumulators ptxas gave the softmax's two -m registers of
 //   one bank, and every batch after the narrow QK(0) ran 6% slower, S = 4000 651.2k cycles against the
 //   first entry's 641.0k; copied, 623.4k against 641.4k (NOTES).
-// Causal: row tile r (rows 128r..128r+127) needs key tiles 0..r only (Br = Bc): the tiles wholly
-// above the diagonal are never loaded or multiplied, and the mask is applied on the diagonal tile
-// alone (the last of a work tile).
+// Causal: row tile r (rows Br r..Br r + Br - 1) needs the key tiles up to its last row's only, 0..r at
+// Br = Bc, 0..2r + 1 at D = 256's Bc = Br / 2: the tiles wholly above the diagonal are never loaded or
+// multiplied, and the mask is applied on the diagonal's tiles alone (the last one or two of a work tile).
 // Work tiles: each block walks the list the launch made for its grid (hopper.cuh's WorkList,
 //   flashbench/work_list.py): longest first, in sections of heads whose K and V fit in
 //   kL2SectionBytes of L2 under the mask (one head a section without it: V24's order, the row tiles
@@ -145,9 +146,11 @@ constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a sect
 constexpr int kRaggedFirstKeys = 32;                         // the entry ..._ragged_first takes 0 < S mod Bc <= this
 static_assert(kD == 128 || kD == 64 || kD == 256,
               "the wgmma shapes below: QK m64n128k16 (m64n64k16 at D = 256), PV m64nDk16");
-static_assert(!kCausal || kBr == kBc, "under the mask a row tile's diagonal is one key tile");
-static_assert(!kSharedOTile || (kConsumerWarpgroups == 2 && !kCausal),
-              "a shared O tile goes from one consumer to the other, one store each a work tile");
+static_assert(!kCausal || kBr % kBc == 0, "under the mask a row tile's diagonal is its last Br / Bc key tiles");
+// The key tiles at a work tile's end a mask may cross: under the mask its diagonal's, else the one S ends in.
+constexpr int kMaskedTiles = kCausal ? kBr / kBc : 1;
+static_assert(!kSharedOTile || kConsumerWarpgroups == 2,
+              "a shared O tile goes from one consumer to the other, one store or copy each a work tile");
 
 struct SharedStorage {
   Element q[kBoxes][kBr * kBoxCols];
@@ -171,10 +174,10 @@ constexpr int kTileBytes = kBc * kD * sizeof(Element);       // 32 KB at D = 128
 constexpr int kSmemBytes = sizeof(SharedStorage) + kAtomBytes;  // + slack to align the base
 static_assert(kSmemBytes <= 232448, "above the 227 KB of shared memory a block may opt in to on sm_90");
 
-// Key tiles row tile r reads: every one, or under the mask those up to its diagonal.
+// Key tiles row tile r reads: every one, or under the mask those up to its diagonal (its last row's).
 __device__ __forceinline__ int key_tiles(int row_tile, int seq_len) {
   const int all = (seq_len + kBc - 1) / kBc;
-  return kCausal ? min(row_tile + 1, all) : all;
+  return kCausal ? min((row_tile + 1) * (kBr / kBc), all) : all;
 }
 
 }  // namespace
@@ -351,12 +354,12 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // The mask on S (s_acc[4i + 2h + e]: row g + 8h of the warp's 16, key 8i + 2 quad + e), over the
     // accumulators a QK of `keys` keys wrote: -inf on keys at or past the tile's end (S; with
     // kRaggedFirst, key tile 0's key r), and under the causal mask on keys after the row. Only where the
-    // diagonal or the end crosses a tile: a work tile's last (mask_last: the diagonal, and without
-    // kRaggedFirst the tile S ends in) and with kRaggedFirst its first. Rows and keys are placed on the
-    // grid of whole tiles (with kRaggedFirst, key tile 0's keys in its last r places, and under the mask
-    // each row key_shift places on), where the diagonal and the ends are as without kRaggedFirst.
-    // `first`: key tile 0 (std::true_type). Every row at or past 0 keeps at least one key of every tile
-    // it reads (its diagonal key, or the tile's first).
+    // diagonal or the end crosses a tile: a work tile's last kMaskedTiles (mask_last: the diagonal's, and
+    // without kRaggedFirst the tile S ends in) and with kRaggedFirst its first. Rows and keys are placed
+    // on the grid of whole tiles (with kRaggedFirst, key tile 0's keys in its last r places, and under the
+    // mask each row key_shift places on), where the diagonal and the ends are as without kRaggedFirst.
+    // `first`: key tile 0 (std::true_type). Every row at or past 0 keeps a key of key tile 0, the first
+    // it reads, so its max is finite before a tile masks it whole (at Br = 2 Bc, A's rows in the last).
     const bool mask_last = kCausal || (!kRaggedFirst && seq_len % kBc != 0);
     const auto mask_s = [&](int row_tile, int tile, auto keys, auto first) {
       constexpr bool kRaggedTile = kRaggedFirst && decltype(first)::value;
@@ -520,11 +523,13 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       named_bar_arrive(their_turn, kTurnThreads);
       wgmma_wait<0>();
       fence_regs(*reinterpret_cast<float(*)[kFirstLive]>(s_acc));
-      if (kRaggedFirst && !(kCausal && tiles == 1)) {  // key tile 0's keys r .. 31 are key tile 1's
+      // whether key tile 0 is one of the masked (a diagonal's, or the one S ends in)
+      const bool first_masked = kMaskedTiles == 1 ? tiles == 1 : tiles <= kMaskedTiles;
+      if (kRaggedFirst && !(kCausal && first_masked)) {  // key tile 0's keys r .. 31 are key tile 1's
 #pragma unroll
         for (int i = 0; i < kFirstLive; ++i)
           if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
-      } else if (kRaggedFirst || (mask_last && tiles == 1)) {  // a diagonal, or S, crosses it (with
+      } else if (kRaggedFirst || (mask_last && first_masked)) {  // a diagonal, or S, crosses it (with
         // kRaggedFirst: causal row tile 0, whose one key tile is both the part tile and its diagonal)
         mask_s(t.row_tile, 0, FirstKeys{}, std::true_type{});
       }
@@ -573,8 +578,14 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         pv = ring;
         ring.advance();
       };
-      for (int tile = 1; tile < tiles - 1; ++tile) batch(tile, std::false_type{});
-      if (tiles > 1) batch(tiles - 1, std::true_type{});
+      if constexpr (kMaskedTiles == 1) {
+        for (int tile = 1; tile < tiles - 1; ++tile) batch(tile, std::false_type{});
+        if (tiles > 1) batch(tiles - 1, std::true_type{});
+      } else {  // the diagonal's key tiles, each masked (but key tile 0, batch 0's), in a loop: one copy
+        const int masked_from = max(1, tiles - kMaskedTiles);
+        for (int tile = 1; tile < masked_from; ++tile) batch(tile, std::false_type{});
+        for (int tile = masked_from; tile < tiles; ++tile) batch(tile, std::true_type{});
+      }
 
       // ---- batch n: PV(n - 1) ---------------------------------------------------------------------
       mbar_wait(&smem.v_full[pv.stage], pv.phase);
@@ -614,10 +625,14 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       if (kCausal && kRaggedFirst && t.row_tile == 0) {  // rows before 0: the warpgroup copies its rows >= 0
         Element* o_head = o + (size_t(t.batch) * heads + t.head) * size_t(seq_len) * kD;
         for (int c = threadIdx.x % 128; c < kWgRows * (kD / 8); c += 128) {
-          const int local = cwg * kWgRows + c / (kD / 8), col = 8 * (c % (kD / 8)), row = local - row_shift;
+          const int wg_row = c / (kD / 8), col = 8 * (c % (kD / 8)), row = cwg * kWgRows + wg_row - row_shift;
           if (row >= 0)
             *reinterpret_cast<uint4*>(o_head + size_t(row) * kD + col) =
-                *reinterpret_cast<const uint4*>(tile_element<kORows>(smem.o[0], local, col));
+                *reinterpret_cast<const uint4*>(tile_element<kORows>(smem.o[0], o_tile_row + wg_row, col));
+        }
+        if constexpr (kSharedOTile) {  // the other consumer may write the O tile once all 128 have read it
+          named_bar_sync(kOBar + cwg, 128);
+          if (store_thread()) mbar_arrive(&smem.o_read);
         }
       } else if (store_thread()) {  // one thread stores the 64 rows: head columns 0-63 from box 0, 64-127 from box 1 ..
         const int o_row = t.row_tile * kBr + cwg * kWgRows - row_shift;

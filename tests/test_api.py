@@ -62,7 +62,6 @@ def call(q, k=None, v=None, **kw):
     ((Stand((2, 1000, 8, 256)), Stand((2, 1000, 2, 256)), Stand((2, 1000, 2, 256))), {},
      "mask none, D=256, fp16, grouped K/V heads is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 64)),), {"causal": True}, "mask causal, D=64, fp16 is not a configuration the line runs"),
-    ((Stand((2, 1000, 3, 256)),), {"causal": True}, "mask causal, D=256, fp16 is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 96)),), {}, "mask none, D=96, fp16 is not a configuration the line runs"),
     ((Stand(BSHD, device="cpu"),), {}, "the inputs are on the cpu; it runs on a CUDA GPU"),
     ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices"),
@@ -107,9 +106,12 @@ def test_each_configuration_asks_for_its_best_build(settings):
     # bf16 in every configuration: each its own build
     for causal, D, grouped, name in ((True, 128, False, "causal_bf16"), (False, 128, True, "gqa_bf16"),
                                      (False, 64, False, "d64_bf16"), (False, 256, False, "d256_bf16"),
-                                     (True, 128, True, "gqa_causal_bf16")):
+                                     (True, 128, True, "gqa_causal_bf16"), (True, 256, False, "d256_causal_bf16")):
         configuration, build = api.configuration_for(settings, causal, D, "bf16", grouped=grouped)
         assert configuration.name == name and configuration.dtype == "bf16" and build == f"v25.{name}"
+    # D=256 under the mask, on full heads
+    d256_causal, build = api.configuration_for(settings, True, 256, "fp16")
+    assert d256_causal.causal and d256_causal.D == 256 and build == "v25.d256_causal"
     # grouped K/V heads under the mask: a decoder's attention with GQA
     grouped_causal, build = api.configuration_for(settings, True, 128, "fp16", grouped=True)
     assert grouped_causal.causal and grouped_causal.kv_group > 1 and build == "v25.gqa_causal"
@@ -184,11 +186,12 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
 @pytest.mark.parametrize("S", [1000, 150])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("kv_heads, D, causal", [(6, 128, True), (2, 128, False), (1, 128, False), (2, 128, True),
-                                                 (1, 128, True), (6, 64, False), (6, 256, False)])
+                                                 (1, 128, True), (6, 64, False), (6, 256, False), (6, 256, True)])
 def test_bf16_grouped_kv_heads_and_other_head_dims_agree_with_sdpa(layout, S, dtype, kv_heads, D, causal, tmp_path,
                                                                      monkeypatch):
     """In fp16 and in bf16 (every configuration has its bf16 twin): under the mask, on grouped K/V heads (3
-    query heads a K/V head, GQA, and all 6 on one, MQA) with and without it, and at D=64 and D=256."""
+    query heads a K/V head, GQA, and all 6 on one, MQA) with and without it, at D=64 and at D=256, with and
+    without the mask."""
     torch = _torch()
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
     B, H = 2, 6
@@ -246,7 +249,7 @@ def test_a_call_captured_in_a_cuda_graph_replays_on_new_inputs(tmp_path, monkeyp
 
 
 # Calls in both layouts, with and without the mask, in bf16, on one K/V head for three query heads, at D=64 and
-# 256, at two ragged S (150: the entry for a last key tile of 1 to 32 keys; 1000: the other, in key tiles of
+# 256 (under the mask too), at two ragged S (150: the entry for a last key tile of 1 to 32 keys; 1000: the other, in key tiles of
 # 128 and of 64) and an odd B*H: what
 # compute-sanitizer runs. FlashAttention's layout
 # reads each head's rows H*D apart, which the pipeline's contiguous inputs never do.
@@ -255,7 +258,8 @@ import sys, torch, flashbench
 for layout in ("bshd", "bhsd"):
     for causal, dtype, kv_heads, D in ((False, torch.float16, 3, 128), (True, torch.float16, 3, 128),
                                        (False, torch.bfloat16, 3, 128), (False, torch.float16, 1, 128),
-                                       (False, torch.float16, 3, 64), (False, torch.float16, 3, 256)):
+                                       (False, torch.float16, 3, 64), (False, torch.float16, 3, 256),
+                                       (True, torch.float16, 3, 256)):
         for S in (150, 1000):
             shape = lambda heads: (1, S, heads, D) if layout == "bshd" else (1, heads, S, D)
             q = torch.randn(shape(3), device="cuda", dtype=dtype)

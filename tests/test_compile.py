@@ -544,7 +544,8 @@ def test_v25_in_bf16_and_on_grouped_kv_heads_keeps_the_fp16_builds_turns(records
 
 @pytest.mark.parametrize("fp16, bf16", [("v25", "v25.bf16"), ("v25.causal", "v25.causal_bf16"),
                                         ("v25.gqa", "v25.gqa_bf16"), ("v25.d64", "v25.d64_bf16"),
-                                        ("v25.d256", "v25.d256_bf16"), ("v25.gqa_causal", "v25.gqa_causal_bf16")])
+                                        ("v25.d256", "v25.d256_bf16"), ("v25.gqa_causal", "v25.gqa_causal_bf16"),
+                                        ("v25.d256_causal", "v25.d256_causal_bf16")])
 def test_each_bf16_twin_is_its_fp16_configurations_build_on_bf16_wgmma(records, built, fp16, bf16):
     """bf16 in every configuration: each configuration's bf16 twin builds as it does in fp16, with the same
     registers, spill and stack, the same wgmma in each entry, every one of them on bf16, and its turns."""
@@ -586,6 +587,23 @@ def test_v25_at_head_dims_64_and_256_takes_its_tiles_from_d(records, built):
             assert shapes == Counter({qk: 3 * D // 16 - narrow, pv: 3 * block_cols // 16, "64x32x16": narrow})
             loads = sass_text.count("UTMALDG")  # K's, V's (in the loop and the last) and Q's, each a TMA per box
             assert sass_text.count("UTMASTG") == D // 64 and loads % (D // 64) == 0 and loads >= 4 * D // 64
+
+
+def test_v25_at_head_dim_256_under_the_mask_keeps_its_schedule(records, built):
+    """FLASH_HEAD_DIM=256 with FLASH_CAUSAL=1: a row tile of 128 rows reads two key tiles of 64 per diagonal,
+    both masked (a loop of the masked batch, one copy), and the shared O tile goes to the other consumer
+    after a store or, for causal row tile 0 of the ragged-first entry, a copy. The build keeps D=256's
+    resources and wgmma, no wgmma serialised (ptxas warns where it does), and its contract says causal."""
+    d256, causal = records[("v25.d256", "sm_90a")], records[("v25.d256_causal", "sm_90a")]
+    assert causal["launch"] == {**d256["launch"], "causal": True, "work_list": {"l2_section_bytes": 16 << 20}}
+    assert causal["defines"] == {"FLASH_CAUSAL": 1, "FLASH_HEAD_DIM": 256}
+    for key in ("registers", "spill_bytes", "stack_frame_bytes", "smem_bytes"):
+        assert causal[key] == d256[key], key
+    assert "warning" not in causal["ptxas_report"].lower()
+    dense = _functions(_sass(d256, built))
+    for name, sass_text in _functions(_sass(causal, built)).items():
+        gmma = Counter(m.group(1) for m in re.finditer(r"HGMMA\.(64x\d+x16)", sass_text))
+        assert gmma == Counter(m.group(1) for m in re.finditer(r"HGMMA\.(64x\d+x16)", dense[name]))
 
 
 @pytest.mark.parametrize("build, contract, message", [
