@@ -40,12 +40,12 @@
 //   slowed the whole-tile copy by 3.3-6.7% at S = 512-4096 (NOTES), while the narrow tile made S = 4000
 //   2.0% cheaper than 4096. As an entry of its own the first entry is V25's code instruction for
 //   instruction, and its ragged tile is its own.
-// Choice: under the mask, row tile 0 (rows -(128 - r) ..) has its rows at or past 0 copied from the O
-//   tile by its warpgroup's threads: a TMA store whose box starts before row 0 is an illegal
-//   instruction on the H200, partly out of bounds or wholly. Copied from the O tile, not stored from
-//   the accumulators: with stores from the accumulators ptxas gave the softmax's two -m registers of
-//   one bank, and every batch after the narrow QK(0) ran 6% slower, S = 4000 651.2k cycles against the
-//   first entry's 641.0k; copied, 623.4k against 641.4k (NOTES).
+// Choice: under the mask, row tile 0 (rows -(Bc - r) .. Br - (Bc - r) - 1) has its rows at or past 0 (and
+//   before S) copied from the O tile by its warpgroup's threads: a TMA store whose box starts before
+//   row 0 is an illegal instruction on the H200, partly out of bounds or wholly. Copied from the O
+//   tile, not stored from the accumulators: with stores from the accumulators ptxas gave the softmax's
+//   two -m registers of one bank, and every batch after the narrow QK(0) ran 6% slower, S = 4000 651.2k
+//   cycles against the first entry's 641.0k; copied, 623.4k against 641.4k (NOTES).
 // Causal: row tile r (rows Br r..Br r + Br - 1) needs the key tiles up to its last row's only, 0..r at
 // Br = Bc, 0..2r + 1 at D = 256's Bc = Br / 2: the tiles wholly above the diagonal are never loaded or
 // multiplied, and the mask is applied on the diagonal's tiles alone (the last one or two of a work tile).
@@ -199,8 +199,9 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
   // (r = S mod Bc, 1 to 32), key tile 0 is keys 0 .. r - 1, loaded from key 0 (keys r .. 31 of its
   // narrow QK are masked: key tile 1's), and key tile c >= 1 keys Bc c - (Bc - r) ..: the ragged part
   // is every work tile's batch 0, whose QK is 32 keys wide. Under the mask the row tiles shift the same
-  // way (row tile 0 is rows -(128 - r) .. r - 1, its Q before row 0 filled with zeros), so that a row
-  // tile's diagonal is still its last key tile; row tile 0's rows at or past 0 are copied from the O tile.
+  // way (row tile 0 is rows -(Bc - r) .. Br - (Bc - r) - 1, its Q before row 0 filled with zeros), so that a
+  // row tile's diagonal still ends its last key tile; row tile 0's rows at or past 0 are copied from the O
+  // tile (at D = 256, where Br = 2 Bc, those before S alone: at S = r the last 64 are past it).
   const int key_shift = kRaggedFirst ? kBc - seq_len % kBc : 0;
   const int row_shift = kCausal ? key_shift : 0;
   const auto key_start = [&](int tile) { return kRaggedFirst && tile > 0 ? tile * kBc - key_shift : tile * kBc; };
@@ -541,8 +542,8 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
       Ring<kStages> pv = ring;  // the stage of tile j - 1
       ring.advance();
       // One batch j of key tile `tile`; `masked` (std::integral_constant): whether the mask may apply, true
-      // for the last key tile only, where it applies if mask_last. The loop runs tiles 1 .. n - 2 with
-      // the mask compiled out, the last tile (n - 1, where n > 1) runs after it.
+      // for the last kMaskedTiles key tiles only, where it applies if mask_last. The loop runs the tiles
+      // before them from 1 with the mask compiled out, then those (all but key tile 0) with it.
       const auto batch = [&](int tile, auto masked) {
         constexpr bool kMasked = decltype(masked)::value;
         mbar_wait(&smem.k_full[ring.stage], ring.phase);
@@ -626,7 +627,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         Element* o_head = o + (size_t(t.batch) * heads + t.head) * size_t(seq_len) * kD;
         for (int c = threadIdx.x % 128; c < kWgRows * (kD / 8); c += 128) {
           const int wg_row = c / (kD / 8), col = 8 * (c % (kD / 8)), row = cwg * kWgRows + wg_row - row_shift;
-          if (row >= 0)
+          if (row >= 0 && (kBr == kBc || row < seq_len))  // (at Br = Bc every row of row tile 0 is before S)
             *reinterpret_cast<uint4*>(o_head + size_t(row) * kD + col) =
                 *reinterpret_cast<const uint4*>(tile_element<kORows>(smem.o[0], o_tile_row + wg_row, col));
         }

@@ -183,7 +183,7 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
-@pytest.mark.parametrize("S", [1000, 150])
+@pytest.mark.parametrize("S", [1000, 150, 16])  # 16: at D=256 under the mask, row tile 0 has 64 rows past S
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("kv_heads, D, causal", [(6, 128, True), (2, 128, False), (1, 128, False), (2, 128, True),
                                                  (1, 128, True), (6, 64, False), (6, 256, False), (6, 256, True)])
@@ -249,8 +249,8 @@ def test_a_call_captured_in_a_cuda_graph_replays_on_new_inputs(tmp_path, monkeyp
 
 
 # Calls in both layouts, with and without the mask, in bf16, on one K/V head for three query heads, at D=64 and
-# 256 (under the mask too), at two ragged S (150: the entry for a last key tile of 1 to 32 keys; 1000: the other, in key tiles of
-# 128 and of 64) and an odd B*H: what
+# 256 (under the mask too), at three ragged S (150 and 16: the entry for a last key tile of 1 to 32 keys; 1000: the
+# other, in key tiles of 128 and of 64) and an odd B*H: what
 # compute-sanitizer runs. FlashAttention's layout
 # reads each head's rows H*D apart, which the pipeline's contiguous inputs never do.
 CALLS = """
@@ -260,7 +260,7 @@ for layout in ("bshd", "bhsd"):
                                        (False, torch.bfloat16, 3, 128), (False, torch.float16, 1, 128),
                                        (False, torch.float16, 3, 64), (False, torch.float16, 3, 256),
                                        (True, torch.float16, 3, 256)):
-        for S in (150, 1000):
+        for S in (150, 1000, 16):
             shape = lambda heads: (1, S, heads, D) if layout == "bshd" else (1, heads, S, D)
             q = torch.randn(shape(3), device="cuda", dtype=dtype)
             k, v = (torch.randn(shape(kv_heads), device="cuda", dtype=dtype) for _ in range(2))

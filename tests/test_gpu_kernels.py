@@ -197,9 +197,10 @@ def test_a_defect_planted_in_a_bf16_or_grouped_build_fails_its_check(configured_
 
 
 # S that is no multiple of a tile, below one tile, and B*H odd: the last row tile and key tile are partial
-# (4000, 1 and 129 end their last key tile at 32 keys or fewer: V25's ragged-first entry)
+# (4000, 1, 16 and 129 end their last key tile at 32 keys or fewer: V25's ragged-first entry; at 16, on
+# several heads, D=256's causal row tile 0 has 64 rows past S, which must write nothing)
 RAGGED = [Shape(1, 3, 1000, 128), Shape(2, 3, 1500, 128), Shape(1, 2, 4000, 128), Shape(3, 5, 100, 128),
-          Shape(1, 1, 1, 128), Shape(1, 7, 129, 128)]
+          Shape(1, 1, 1, 128), Shape(2, 3, 16, 128), Shape(1, 7, 129, 128)]
 
 
 @pytest.mark.parametrize("name", KERNELS)
@@ -360,10 +361,11 @@ def test_a_call_that_hangs_fails_its_check_in_seconds_and_its_process_ends_with_
     assert result["reason"] == "the call had not finished after 2 s: it hangs"
 
 
-# A launch at each of two small ragged shapes with an odd B*H, on far_max (the rare path): what
+# A launch at each of three small ragged shapes with an odd B*H, on far_max (the rare path): what
 # compute-sanitizer runs, at the D of the build's configuration. S=230 ends its last key tile at 102 keys (38
 # in key tiles of 64, as at D=256), S=150 at 22: a kernel with an entry for a key tile of 1 to 32 keys (V25's
-# ragged_first) runs both of its entries.
+# ragged_first) runs both of its entries; S=16, one short key tile (at D=256 under the mask, row tile 0's
+# last 64 rows past S: a store of theirs past the last head's is memcheck's to find).
 LAUNCH_ONCE = """
 import sys
 import cupy as cp
@@ -374,7 +376,7 @@ from flashbench.launch import AttentionKernel
 
 run = config.load(sys.argv[3]).run(sys.argv[4])  # its inputs in its configuration: 3 query heads on one K/V head in gqa
 kernel = AttentionKernel(sys.argv[1], read_json(sys.argv[2]), run.configuration)
-for S in (230, 150):
+for S in (230, 150, 16):
     kernel(*kernel.inputs(Shape(1, 3, S, run.configuration.D), cp.random.default_rng(0), "far_max"))
 cp.cuda.runtime.deviceSynchronize()
 """
