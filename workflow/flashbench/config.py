@@ -561,14 +561,14 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
             if configuration not in known_configurations:
                 raise ConfigError(f"config key '{key}': unknown configuration {configuration!r} "
                                   f"(defined under configurations: {', '.join(known_configurations)})")
+            here = configurations[known_configurations.index(configuration)]
             for i, name in enumerate(asked.get("rivals", [])):
                 peer = peer_named.get(name)
                 if peer is None:
                     raise ConfigError(f"config key '{key}.rivals[{i}]': {name!r} is not one of the peers")
-                if not peer.runs_in(configurations[known_configurations.index(configuration)]):
+                if not peer.runs_in(here):
                     raise ConfigError(f"config key '{key}.rivals[{i}]': {name!r} does not run in {configuration!r} "
                                       f"(its configurations: {', '.join(peer.configurations)})")
-            here = configurations[known_configurations.index(configuration)]
             if "rivals" in asked and not asked["rivals"]:
                 racing = [k.name for k in kernels if k.name in headline and k.runs_in(here)]
                 if len(racing) > 1:
