@@ -207,54 +207,54 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[kN]) {
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                        \
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "            \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-// The wgmma of T's input type, f16 or bf16 (MACRO takes the PTX type pair).
-#define FLASH_WGMMA_OF(T, MACRO)                                                                            \
-  if constexpr (kIsBf16<T>) MACRO("bf16.bf16");                                                             \
-  else MACRO("f16.f16")
 #define FLASH_D8(i)                                                                                         \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
-#define FLASH_D64 FLASH_D8(0), FLASH_D8(8), FLASH_D8(16), FLASH_D8(24), FLASH_D8(32), FLASH_D8(40), FLASH_D8(48), FLASH_D8(56)
+#define FLASH_D16 FLASH_D8(0), FLASH_D8(8)
+#define FLASH_D32 FLASH_D16, FLASH_D8(16), FLASH_D8(24)
+#define FLASH_D64 FLASH_D32, FLASH_D8(32), FLASH_D8(40), FLASH_D8(48), FLASH_D8(56)
 #define FLASH_D128                                                                                          \
   FLASH_D64, FLASH_D8(64), FLASH_D8(72), FLASH_D8(80), FLASH_D8(88), FLASH_D8(96), FLASH_D8(104), FLASH_D8(112), \
       FLASH_D8(120)
-
-// The input types are T's, f16 or bf16, for A and B both (the accumulator is f32 in either).
-// D[64x128] (+)= A[64x16] B[16x128], A and B from shared memory, both K-major (no transpose).
-// accumulate = 0 overwrites D (the first k-step of a product), 1 adds to it. T: half or __nv_bfloat16.
-#define FLASH_WGMMA_M64N128K16_SS(TYPES)                                                                    \
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"                                               \
-               " wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " {" FLASH_REGS64 "}"                  \
-               ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                            \
-               : FLASH_D64                                                                                  \
+// One wgmma m64nNk16 (SHAPE), its input type TYPES (T's: f16 or bf16, for A and B both; the accumulator is
+// f32 in either), its accumulators D (REGS their operand list, the outputs last: their constraints), and
+// the operands that follow them, numbered after the accumulators (the numbers given: PTX names operands
+// by position). accumulate = 0 overwrites D (the first k-step of a product), 1 adds to it.
+//   _SS:    A and B from shared memory, both K-major (no transpose): desc_a %DA, desc_b %DB, accumulate %P
+//   _RS_BT: A from registers (4 pairs of T, operands A), B from shared memory MN-major (transpose flag set:
+//           B's N dimension is the contiguous one): desc_b %DB, accumulate %P
+#define FLASH_WGMMA_SS(TYPES, SHAPE, REGS, DA, DB, P, ...)                                                  \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #P ", 0;\n"                                         \
+               " wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPES " {" REGS "}"                           \
+               ", %" #DA ", %" #DB ", p, 1, 1, 0, 0;\n}\n"                                                   \
+               : __VA_ARGS__                                                                                \
                : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+#define FLASH_WGMMA_RS_BT(TYPES, SHAPE, REGS, A, DB, P, ...)                                                \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #P ", 0;\n"                                         \
+               " wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPES " {" REGS "}"                           \
+               ", " A ", %" #DB ", p, 1, 1, 1;\n}\n"                                                        \
+               : __VA_ARGS__                                                                                \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+// The wgmma of T's input type: WGMMA (one of the two above) with the PTX type pair, then the rest.
+#define FLASH_WGMMA_OF(T, WGMMA, ...)                                                                       \
+  if constexpr (kIsBf16<T>) WGMMA("bf16.bf16", __VA_ARGS__);                                                \
+  else WGMMA("f16.f16", __VA_ARGS__)
+
+// D[64x128] (+)= A[64x16] B[16x128], both from shared memory. T: half or __nv_bfloat16.
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N128K16_SS);
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_SS, "m64n128k16", FLASH_REGS64, 64, 65, 66, FLASH_D64);
 }
 // The same at N = 32 (QK of a key tile S ends in the first quarter of): D is the first 16
 // accumulators, keys 0..31 of the tile.
-#define FLASH_WGMMA_M64N32K16_SS(TYPES)                                                                     \
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"                                               \
-               " wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "                                     \
-               "{" FLASH_REGS16 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"                                          \
-               : FLASH_D8(0), FLASH_D8(8)                                                                   \
-               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N32K16_SS);
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_SS, "m64n32k16", FLASH_REGS16, 16, 17, 18, FLASH_D16);
 }
 // The same at N = 64 (QK of a key tile of 64 keys, at head dim 256): D is 32 accumulators.
-#define FLASH_WGMMA_M64N64K16_SS(TYPES)                                                                     \
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"                                               \
-               " wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "                                     \
-               "{" FLASH_REGS32 "}"                                                                         \
-               ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                            \
-               : FLASH_D8(0), FLASH_D8(8), FLASH_D8(16), FLASH_D8(24)                                       \
-               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N64K16_SS);
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_SS, "m64n64k16", FLASH_REGS32, 32, 33, 34, FLASH_D32);
 }
 // Any of the three, by the accumulators given: N = 2 x their count (QK of 128, 64 or 32 keys).
 template <typename T, int kAcc>
@@ -264,43 +264,23 @@ __device__ __forceinline__ void wgmma_m64k16_ss(float (&d)[kAcc], uint64_t desc_
   else if constexpr (kAcc == 32) wgmma_m64n64k16_ss<T>(d, desc_a, desc_b, accumulate);
   else wgmma_m64n32k16_ss<T>(d, desc_a, desc_b, accumulate);
 }
-// D[64x128] (+)= A[64x16] B[16x128], A from registers (4 pairs of T), B from shared memory MN-major
-// (transpose flag set: B's N dimension is the contiguous one).
-#define FLASH_WGMMA_M64N128K16_RS_BT(TYPES)                                                                 \
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"                                               \
-               " wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " {" FLASH_REGS64 "}"                  \
-               ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                              \
-               : FLASH_D64                                                                                  \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+// D[64x128] (+)= A[64x16] B[16x128], A from registers, B from shared memory MN-major.
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
                                                        int accumulate) {
-  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N128K16_RS_BT);
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_RS_BT, "m64n128k16", FLASH_REGS64, "{%64, %65, %66, %67}", 68, 69, FLASH_D64);
 }
 // The same at N = 64 (PV at head dim 64): D is 32 accumulators.
-#define FLASH_WGMMA_M64N64K16_RS_BT(TYPES)                                                                  \
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"                                               \
-               " wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " "                                     \
-               "{" FLASH_REGS32 "}"                                                                         \
-               ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                              \
-               : FLASH_D8(0), FLASH_D8(8), FLASH_D8(16), FLASH_D8(24)                                       \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n64k16_rs_bt(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
                                                       int accumulate) {
-  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N64K16_RS_BT);
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_RS_BT, "m64n64k16", FLASH_REGS32, "{%32, %33, %34, %35}", 36, 37, FLASH_D32);
 }
 // D[64x256] (+)= A[64x16] B[16x256]: PV at head dim 256, in one wgmma (128 accumulators).
-#define FLASH_WGMMA_M64N256K16_RS_BT(TYPES)                                                                 \
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"                                              \
-               " wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " {" FLASH_REGS128 "}"                 \
-               ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                                         \
-               : FLASH_D128                                                                                 \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 template <typename T = half>
 __device__ __forceinline__ void wgmma_m64n256k16_rs_bt(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b,
                                                        int accumulate) {
-  FLASH_WGMMA_OF(T, FLASH_WGMMA_M64N256K16_RS_BT);
+  FLASH_WGMMA_OF(T, FLASH_WGMMA_RS_BT, "m64n256k16", FLASH_REGS128, "{%128, %129, %130, %131}", 132, 133, FLASH_D128);
 }
 // Any of the three, by the accumulators given: N = 2 x their count (PV at head dim 256, 128 or 64).
 template <typename T, int kAcc>
@@ -311,16 +291,14 @@ __device__ __forceinline__ void wgmma_m64k16_rs_bt(float (&d)[kAcc], const uint3
   else if constexpr (kAcc == 64) wgmma_m64n128k16_rs_bt<T>(d, a, desc_b, accumulate);
   else wgmma_m64n64k16_rs_bt<T>(d, a, desc_b, accumulate);
 }
-#undef FLASH_WGMMA_M64N128K16_SS
-#undef FLASH_WGMMA_M64N32K16_SS
-#undef FLASH_WGMMA_M64N64K16_SS
-#undef FLASH_WGMMA_M64N128K16_RS_BT
-#undef FLASH_WGMMA_M64N64K16_RS_BT
-#undef FLASH_WGMMA_M64N256K16_RS_BT
+#undef FLASH_WGMMA_OF
+#undef FLASH_WGMMA_RS_BT
+#undef FLASH_WGMMA_SS
 #undef FLASH_D128
 #undef FLASH_D64
+#undef FLASH_D32
+#undef FLASH_D16
 #undef FLASH_D8
-#undef FLASH_WGMMA_OF
 #undef FLASH_REGS16
 #undef FLASH_REGS32
 #undef FLASH_REGS64
