@@ -579,7 +579,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         pv = ring;
         ring.advance();
       };
-      if constexpr (kMaskedTiles == 1) {
+      if constexpr (kMaskedTiles == 1) {  // the last tile peeled (a loop of one would change these builds' SASS)
         for (int tile = 1; tile < tiles - 1; ++tile) batch(tile, std::false_type{});
         if (tiles > 1) batch(tiles - 1, std::true_type{});
       } else {  // the diagonal's key tiles, each masked (but key tile 0, batch 0's), in a loop: one copy

@@ -60,6 +60,11 @@ class Expected:
         """The case as the configuration `configuration` runs it (None: the first's)."""
         return {**self.case, "D": self.configuration_head_dims.get(configuration, self.case["D"])}
 
+    def methods_in(self, configuration: str | None) -> list[str] | None:
+        """What a head-to-head point times in the configuration `configuration` (None: the first; None
+        where the run asked no head-to-head)."""
+        return self.head_to_head_methods.get(configuration or next(iter(self.head_to_head_methods), None))
+
     def check_shapes_of(self, run: str) -> list[dict]:
         D = self.case_of(run)["D"]
         return [{**shape, "D": D} for shape in self.check_shapes]
@@ -253,7 +258,7 @@ def _head_to_head_as_configured(r: dict, expected: Expected) -> Problem:
     case = expected.case_in(r.get("configuration"))
     if r["is_case"] != (_dims(r) == case):
         return "is_case", f"{r['is_case']}, but {_shape_text(r)} is{'' if _dims(r) == case else ' not'} the case"
-    asked = expected.head_to_head_methods.get(r.get("configuration", next(iter(expected.head_to_head_methods), None)))
+    asked = expected.methods_in(r.get("configuration"))
     timed = r.get("methods", list(METHODS))  # none named: a point before the choice, which timed both
     if asked is not None and timed != asked:
         where = f"the configuration {r['configuration']}" if "configuration" in r else "its first configuration"
