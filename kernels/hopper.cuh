@@ -467,8 +467,9 @@ __device__ __forceinline__ void write_o_rows(T* o_tile, int first_row, const flo
 }
 
 // ---- launch guard of a kernel on 4-D maps ------------------------------------------------------------
-// Any S of at least one row: the logical grid is ceil(S / block_rows) row tiles of batch_heads = B*H
-// heads, heads of them per batch, in groups of kv_group that read one K/V head.
+// Any S of at least one row: the logical grid is ceil(rows / block_rows) row tiles of batch_heads = B*H
+// heads, heads of them per batch, in groups of kv_group that read one K/V head; `seq_len` the rows the
+// row tiles cover (S, or more where the kernel places rows before row 0: V25's row_shift).
 __device__ __forceinline__ void require_head_tiles_cover(int seq_len, int row_tiles, int batch_heads, int heads,
                                                          int kv_group, int block_rows) {
   if (seq_len < 1 || row_tiles != (seq_len + block_rows - 1) / block_rows || heads < 1 || batch_heads < heads ||
@@ -518,7 +519,8 @@ __device__ __forceinline__ void require_head_tiles_cover(int seq_len, int row_ti
 // section):
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles,
 //                           batch_heads, heads, kv_group, work_list)
-// with row_tiles = ceil(S / block_rows), batch_heads = B*H (require_head_tiles_cover, WorkList::of_this_block).
+// with row_tiles = ceil(S / block_rows) (of S + row_shift rows in a causal ragged-first entry that places
+// rows before row 0: the launcher's row_shift), batch_heads = B*H (require_head_tiles_cover, WorkList).
 // Where ragged_first_keys is n > 0, the same parameters go to flash_attention_forward_ragged_first for
 // an S with 0 < S mod block_cols <= n.
 #define FLASH_LAUNCH_CONTRACT_HEAD_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, q_box_rows, \

@@ -13,8 +13,8 @@
 //   three, while one issues its products the two others run their softmax: 12436k cycles at S = 16384
 //   against 15240k (-18%), 863.5k against 1005.5k at 4096, 71.1k against 76.7k at 1024 (NOTES). The
 //   cost: 160 registers a consumer (512 threads), and ptxas keeps two values of the rare path's mask
-//   after a recompute in local memory (8 bytes, in the first entry only); without the mask only (Br =
-//   Bc under it).
+//   after a recompute in local memory (8 bytes, in the first entry only; none under the mask, where a
+//   row tile of 192 rows is one and a half key tiles of 128, its diagonal in its last two).
 // Choice: at D = 256 key tiles of 64 keys (Bc = 64), not 128: O's 128 accumulators, S's 64 and P's 32
 //   would pass the consumers' 240 registers (FlashAttention-3 takes 80 keys there); and one O tile of 64
 //   rows that the consumers take in turns, not one of 128 rows: Q (64 KB), two K/V stages (128 KB) and a
@@ -47,8 +47,9 @@
 //   two -m registers of one bank, and every batch after the narrow QK(0) ran 6% slower, S = 4000 651.2k
 //   cycles against the first entry's 641.0k; copied, 623.4k against 641.4k (NOTES).
 // Causal: row tile r (rows Br r..Br r + Br - 1) needs the key tiles up to its last row's only, 0..r at
-// Br = Bc, 0..2r + 1 at D = 256's Bc = Br / 2: the tiles wholly above the diagonal are never loaded or
-// multiplied, and the mask is applied on the diagonal's tiles alone (the last one or two of a work tile).
+// Br = Bc, 0..2r + 1 at D = 256's Bc = Br / 2, 0..ceil(1.5 (r + 1)) - 1 at D = 64's Bc = Br / 1.5: the
+// tiles wholly above the diagonal are never loaded or multiplied, and the mask is applied on the
+// diagonal's tiles alone (the last one or two of a work tile).
 // Work tiles: each block walks the list the launch made for its grid (hopper.cuh's WorkList,
 //   flashbench/work_list.py): longest first, in sections of heads whose K and V fit in
 //   kL2SectionBytes of L2 under the mask (one head a section without it: V24's order, the row tiles
@@ -146,9 +147,21 @@ constexpr int kL2SectionBytes = kCausal ? 16 << 20 : 0;     // K and V of a sect
 constexpr int kRaggedFirstKeys = 32;                         // the entry ..._ragged_first takes 0 < S mod Bc <= this
 static_assert(kD == 128 || kD == 64 || kD == 256,
               "the wgmma shapes below: QK m64n128k16 (m64n64k16 at D = 256), PV m64nDk16");
-static_assert(!kCausal || kBr % kBc == 0, "under the mask a row tile's diagonal is its last Br / Bc key tiles");
+static_assert(!kCausal || (2 * kBr) % kBc == 0,
+              "under the mask every row tile's diagonal crosses its last ceil(Br / Bc) key tiles: Br a whole or "
+              "half-whole number of key tiles (at Br = 1.5 Bc, row tile r's diagonal is key tiles "
+              "floor(1.5 r) .. ceil(1.5 (r + 1)) - 1, two at every r)");
 // The key tiles at a work tile's end a mask may cross: under the mask its diagonal's, else the one S ends in.
-constexpr int kMaskedTiles = kCausal ? kBr / kBc : 1;
+constexpr int kMaskedTiles = kCausal ? (kBr + kBc - 1) / kBc : 1;
+// Choice: at D = 64 under the mask (160 registers a consumer), the rare path's S masked in local memory
+//   in a rolled loop before it is copied to s_acc, not unrolled in s_acc after: there the 64 more tests
+//   had ptxas keep a row sum in local memory through every batch (60 bytes spilled in the first entry,
+//   84 in the second), and place the mask's predicates among the wgmma of the second entry's masked
+//   turn (371 SASS instructions from its sync to its arrive, against 103). Elsewhere in s_acc: masked in
+//   local memory, the grouped causal build at D = 128 had the wgmma of its second entry serialised (a
+//   wait after each, with no ptxas warning), and D = 64 without the mask a longer turn in its loop (91
+//   instructions against 86).
+constexpr bool kMaskRolled = kCausal && kConsumerWarpgroups == 3;
 static_assert(!kSharedOTile || kConsumerWarpgroups == 2,
               "a shared O tile goes from one consumer to the other, one store or copy each a work tile");
 
@@ -177,7 +190,16 @@ static_assert(kSmemBytes <= 232448, "above the 227 KB of shared memory a block m
 // Key tiles row tile r reads: every one, or under the mask those up to its diagonal (its last row's).
 __device__ __forceinline__ int key_tiles(int row_tile, int seq_len) {
   const int all = (seq_len + kBc - 1) / kBc;
-  return kCausal ? min((row_tile + 1) * (kBr / kBc), all) : all;
+  const int to_diagonal = kBr % kBc == 0 ? (row_tile + 1) * (kBr / kBc) : ((row_tile + 1) * kBr + kBc - 1) / kBc;
+  return kCausal ? min(to_diagonal, all) : all;
+}
+
+// The rows from row tile 0's first to S's end, which the launch's row tiles cover: S, or in the
+// ragged-first entry under the mask also the Bc - S mod Bc before row 0 (attention's row_shift), which
+// add a row tile at some S only where Bc does not divide Br (an S below 1 is passed on, for the trap).
+template <bool kRaggedFirst>
+__device__ __forceinline__ int rows_from_first_row_tile(int seq_len) {
+  return kCausal && kRaggedFirst && kBr % kBc != 0 && seq_len > 0 ? seq_len + kBc - seq_len % kBc : seq_len;
 }
 
 }  // namespace
@@ -192,16 +214,20 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
                                           const CUtensorMap& tmap_o, int row_tiles, int batch_heads, int heads,
                                           int kv_group, const int4* __restrict__ work_list, Element* __restrict__ o) {
   const WorkList::Head list_head = WorkList::head_of_this_block(work_list);  // in flight under the set-up
-  require_head_tiles_cover(seq_len, row_tiles, batch_heads, heads, kGroupedKv ? kv_group : 1, kBr);
+  require_head_tiles_cover(rows_from_first_row_tile<kRaggedFirst>(seq_len), row_tiles, batch_heads, heads,
+                           kGroupedKv ? kv_group : 1, kBr);
 
   // Where the key tiles start. Row tile r is rows Br r .. (rows past S fill with zeros, their O stores
   // clip). Without kRaggedFirst, key tile c is keys Bc c .. (the tile S ends in masked past S). With it
   // (r = S mod Bc, 1 to 32), key tile 0 is keys 0 .. r - 1, loaded from key 0 (keys r .. 31 of its
   // narrow QK are masked: key tile 1's), and key tile c >= 1 keys Bc c - (Bc - r) ..: the ragged part
   // is every work tile's batch 0, whose QK is 32 keys wide. Under the mask the row tiles shift the same
-  // way (row tile 0 is rows -(Bc - r) .. Br - (Bc - r) - 1, its Q before row 0 filled with zeros), so that a
-  // row tile's diagonal still ends its last key tile; row tile 0's rows at or past 0 are copied from the O
-  // tile (at D = 256, where Br = 2 Bc, those before S alone: at S = r the last 64 are past it).
+  // way (row tile 0 is rows -(Bc - r) .. Br - (Bc - r) - 1, its Q before row 0 filled with zeros), so that
+  // rows and keys keep their places on the grid of whole tiles, and each row tile's diagonal the key tiles
+  // it crosses without kRaggedFirst; row tile 0's rows at or past 0 are copied from the O tile (where Br
+  // is not Bc, those before S alone: at S = r, D = 256's last 64 rows are past it). The row tiles then
+  // cover the S + (Bc - r) rows from -(Bc - r): as many as S's where Bc divides Br, one more at some S
+  // where Br = 1.5 Bc (D = 64; the launcher's row_tiles counts them, rows_from_first_row_tile above).
   const int key_shift = kRaggedFirst ? kBc - seq_len % kBc : 0;
   const int row_shift = kCausal ? key_shift : 0;
   const auto key_start = [&](int tile) { return kRaggedFirst && tile > 0 ? tile * kBc - key_shift : tile * kBc; };
@@ -360,17 +386,20 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // on the grid of whole tiles (with kRaggedFirst, key tile 0's keys in its last r places, and under the
     // mask each row key_shift places on), where the diagonal and the ends are as without kRaggedFirst.
     // `first`: key tile 0 (std::true_type). Every row at or past 0 keeps a key of key tile 0, the first
-    // it reads, so its max is finite before a tile masks it whole (at Br = 2 Bc, A's rows in the last).
+    // it reads, so its max is finite before a tile masks it whole (where Br is not Bc, A's rows in the
+    // last).
     const bool mask_last = kCausal || (!kRaggedFirst && seq_len % kBc != 0);
-    const auto mask_s = [&](int row_tile, int tile, auto keys, auto first) {
+    // `s`: s_acc (by constant indices, unrolled), or with `rolled` the rare path's S in local memory.
+    const auto mask_s = [&](int row_tile, int tile, auto keys, auto first, float (&s)[kBc / 2], auto rolled) {
       constexpr bool kRaggedTile = kRaggedFirst && decltype(first)::value;
+      constexpr int kUnroll = decltype(rolled)::value ? 1 : decltype(keys)::value / 2;
       const int row0 = row_tile * kBr + cwg * kWgRows + warp * 16 + g;
       const int key0 = tile * kBc + 2 * quad + (kRaggedTile ? key_shift : 0);
       const int end = kRaggedFirst ? (kRaggedTile ? kBc : INT_MAX) : seq_len;  // INT_MAX: no end crosses it
-#pragma unroll
+#pragma unroll kUnroll
       for (int i = 0; i < decltype(keys)::value / 2; ++i) {
         const int row = row0 + 8 * ((i / 2) % 2), key = key0 + 8 * (i / 4) + i % 2;
-        if (key >= end || (kCausal && key > row)) s_acc[i] = -INFINITY;
+        if (key >= end || (kCausal && key > row)) s[i] = -INFINITY;
       }
     };
     // Online softmax of S in registers (a thread holds a quarter of the Bc columns of rows g, g + 8). It
@@ -459,8 +488,10 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
     // This thread's Bc / 2 elements of S = Q K^T for K/V stage `stage`, on the FMA pipe from the swizzled
     // tiles (hopper.cuh's layout): the rare path of softmax_against_m, taken by a whole warp.
     // Rolled: one dot product's loop for all its outputs, into `fresh` (local memory: this path is
-    // rare), copied into s_acc by constant indices so that s_acc stays in registers.
-    const auto recompute_s = [&](int stage) {
+    // rare), copied into s_acc by constant indices so that s_acc stays in registers. On a key tile the
+    // mask may cross (`masked`, batch's) masked again: in s_acc, or at D = 64 under the mask in `fresh`
+    // (kMaskRolled).
+    const auto recompute_s = [&](int stage, int row_tile, int tile, auto masked) {
       float fresh[kBc / 2];
 #pragma unroll 1
       for (int i = 0; i < kBc / 2; ++i) {
@@ -474,8 +505,11 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         }
         fresh[i] = dot;
       }
+      const bool mask = decltype(masked)::value && mask_last;
+      if (mask && kMaskRolled) mask_s(row_tile, tile, AllKeys{}, std::false_type{}, fresh, std::true_type{});
 #pragma unroll
       for (int i = 0; i < kBc / 2; ++i) s_acc[i] = fresh[i];
+      if (mask && !kMaskRolled) mask_s(row_tile, tile, AllKeys{}, std::false_type{}, s_acc, std::false_type{});
     };
     // O rescaled by the factors of the last softmax (its columns are head dims, its rows the same
     // g, g + 8): once PV(j - 2) is complete, before the turn (V20).
@@ -532,7 +566,7 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
           if (8 * (i / 4) + 2 * quad + i % 2 >= seq_len % kBc) s_acc[i] = -INFINITY;
       } else if (kRaggedFirst || (mask_last && first_masked)) {  // a diagonal, or S, crosses it (with
         // kRaggedFirst: causal row tile 0, whose one key tile is both the part tile and its diagonal)
-        mask_s(t.row_tile, 0, FirstKeys{}, std::true_type{});
+        mask_s(t.row_tile, 0, FirstKeys{}, std::true_type{}, s_acc, std::false_type{});
       }
       if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);
       if (tiles == 1) release_q();
@@ -565,13 +599,10 @@ __device__ __forceinline__ void attention(int seq_len, float scale_log2, const C
         wgmma_wait<1>();  // QK(j) complete; PV(j - 1) may still run
         fence_regs(s_acc);
         if constexpr (kMasked) {
-          if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{});
+          if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{}, s_acc, std::false_type{});
         }
         if (!softmax_against_m()) {  // overlaps PV(j - 1); rarely, S again and V22's softmax of it
-          recompute_s(ring.stage);
-          if constexpr (kMasked) {
-            if (mask_last) mask_s(t.row_tile, tile, AllKeys{}, std::false_type{});
-          }
+          recompute_s(ring.stage, t.row_tile, tile, masked);
           softmax(AllKeys{});
         }
         if (lane == 0) mbar_arrive(&smem.k_empty[ring.stage]);  // K (and Q) read again at most above

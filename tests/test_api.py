@@ -61,7 +61,8 @@ def call(q, k=None, v=None, **kw):
      "grouped K/V heads)"),
     ((Stand((2, 1000, 8, 256)), Stand((2, 1000, 2, 256)), Stand((2, 1000, 2, 256))), {},
      "mask none, D=256, fp16, grouped K/V heads is not a configuration the line runs"),
-    ((Stand((2, 1000, 3, 64)),), {"causal": True}, "mask causal, D=64, fp16 is not a configuration the line runs"),
+    ((Stand((2, 1000, 8, 64)), Stand((2, 1000, 2, 64)), Stand((2, 1000, 2, 64))), {"causal": True},
+     "mask causal, D=64, fp16, grouped K/V heads is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 96)),), {}, "mask none, D=96, fp16 is not a configuration the line runs"),
     ((Stand(BSHD, device="cpu"),), {}, "the inputs are on the cpu; it runs on a CUDA GPU"),
     ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices"),
@@ -106,12 +107,14 @@ def test_each_configuration_asks_for_its_best_build(settings):
     # bf16 in every configuration: each its own build
     for causal, D, grouped, name in ((True, 128, False, "causal_bf16"), (False, 128, True, "gqa_bf16"),
                                      (False, 64, False, "d64_bf16"), (False, 256, False, "d256_bf16"),
-                                     (True, 128, True, "gqa_causal_bf16"), (True, 256, False, "d256_causal_bf16")):
+                                     (True, 128, True, "gqa_causal_bf16"), (True, 64, False, "d64_causal_bf16"),
+                                     (True, 256, False, "d256_causal_bf16")):
         configuration, build = api.configuration_for(settings, causal, D, "bf16", grouped=grouped)
         assert configuration.name == name and configuration.dtype == "bf16" and build == f"v25.{name}"
-    # D=256 under the mask, on full heads
-    d256_causal, build = api.configuration_for(settings, True, 256, "fp16")
-    assert d256_causal.causal and d256_causal.D == 256 and build == "v25.d256_causal"
+    # D=64 and D=256 under the mask, on full heads
+    for D in (64, 256):
+        causal_at_d, build = api.configuration_for(settings, True, D, "fp16")
+        assert causal_at_d.causal and causal_at_d.D == D and build == f"v25.d{D}_causal"
     # grouped K/V heads under the mask: a decoder's attention with GQA
     grouped_causal, build = api.configuration_for(settings, True, 128, "fp16", grouped=True)
     assert grouped_causal.causal and grouped_causal.kv_group > 1 and build == "v25.gqa_causal"
@@ -183,10 +186,13 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
-@pytest.mark.parametrize("S", [1000, 150, 16])  # 16: at D=256 under the mask, row tile 0 has 64 rows past S
+# 16: at D=256 under the mask, row tile 0 has 64 rows past S; 150: at D=64 under it, the row tiles start 106 rows
+# before row 0, one more than S's
+@pytest.mark.parametrize("S", [1000, 150, 16])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("kv_heads, D, causal", [(6, 128, True), (2, 128, False), (1, 128, False), (2, 128, True),
-                                                 (1, 128, True), (6, 64, False), (6, 256, False), (6, 256, True)])
+                                                 (1, 128, True), (6, 64, False), (6, 64, True), (6, 256, False),
+                                                 (6, 256, True)])
 def test_bf16_grouped_kv_heads_and_other_head_dims_agree_with_sdpa(layout, S, dtype, kv_heads, D, causal, tmp_path,
                                                                      monkeypatch):
     """In fp16 and in bf16 (every configuration has its bf16 twin): under the mask, on grouped K/V heads (3

@@ -344,15 +344,15 @@ def test_v19_stores_o_through_shared_memory_with_tma(records, built):
     assert_softmax_between_the_waits_and_the_guard_first(sass_text)
 
 
-def _turns(sass_text: str) -> list[list[str]]:
+def _turns(sass_text: str, wgmma: int = 16) -> list[list[str]]:
     """The instructions from each turn's sync (BAR.SYNC on a register id, 256 threads) to its arrive
-    (BAR.ARV) that issue a full batch, QK and PV: 16 wgmma, i.e. the tile loop's turn."""
+    (BAR.ARV) that issue a full batch, QK and PV: `wgmma` of them (16 at D=128), i.e. the tile loop's turn."""
     lines = _instructions(sass_text)
     held = []
     for i, line in enumerate(lines):
         if re.search(r"BAR\.SYNC\.DEFER_BLOCKING R\d+, 0x100", line):
             end = next(j for j in range(i, len(lines)) if "BAR.ARV" in lines[j])
-            if sum("HGMMA" in x for x in lines[i:end]) == 16:
+            if sum("HGMMA" in x for x in lines[i:end]) == wgmma:
                 held.append(lines[i:end])
     return held
 
@@ -545,6 +545,7 @@ def test_v25_in_bf16_and_on_grouped_kv_heads_keeps_the_fp16_builds_turns(records
 @pytest.mark.parametrize("fp16, bf16", [("v25", "v25.bf16"), ("v25.causal", "v25.causal_bf16"),
                                         ("v25.gqa", "v25.gqa_bf16"), ("v25.d64", "v25.d64_bf16"),
                                         ("v25.d256", "v25.d256_bf16"), ("v25.gqa_causal", "v25.gqa_causal_bf16"),
+                                        ("v25.d64_causal", "v25.d64_causal_bf16"),
                                         ("v25.d256_causal", "v25.d256_causal_bf16")])
 def test_each_bf16_twin_is_its_fp16_configurations_build_on_bf16_wgmma(records, built, fp16, bf16):
     """bf16 in every configuration: each configuration's bf16 twin builds as it does in fp16, with the same
@@ -589,21 +590,32 @@ def test_v25_at_head_dims_64_and_256_takes_its_tiles_from_d(records, built):
             assert sass_text.count("UTMASTG") == D // 64 and loads % (D // 64) == 0 and loads >= 4 * D // 64
 
 
-def test_v25_at_head_dim_256_under_the_mask_keeps_its_schedule(records, built):
-    """FLASH_HEAD_DIM=256 with FLASH_CAUSAL=1: a row tile of 128 rows reads two key tiles of 64 per diagonal,
-    both masked (a loop of the masked batch, one copy), and the shared O tile goes to the other consumer
-    after a store or, for causal row tile 0 of the ragged-first entry, a copy. The build keeps D=256's
-    resources and wgmma, no wgmma serialised (ptxas warns where it does), and its contract says causal."""
-    d256, causal = records[("v25.d256", "sm_90a")], records[("v25.d256_causal", "sm_90a")]
-    assert causal["launch"] == {**d256["launch"], "causal": True, "work_list": {"l2_section_bytes": 16 << 20}}
-    assert causal["defines"] == {"FLASH_CAUSAL": 1, "FLASH_HEAD_DIM": 256}
-    for key in ("registers", "spill_bytes", "stack_frame_bytes", "smem_bytes"):
-        assert causal[key] == d256[key], key
+@pytest.mark.parametrize("D", [64, 256])
+def test_v25_at_head_dims_64_and_256_under_the_mask_keeps_its_schedule(records, built, D):
+    """FLASH_HEAD_DIM=64 or 256 with FLASH_CAUSAL=1: a row tile's diagonal crosses its last two key tiles (192
+    rows on tiles of 128 keys at D=64, 128 rows on 64 at D=256), both masked in a loop of the masked batch (one
+    copy), and at D=256 the shared O tile goes to the other consumer after a store or, for causal row tile 0
+    of the ragged-first entry, a copy. The build keeps its D's registers, shared memory and wgmma, no wgmma
+    serialised (ptxas warns where it does, and, as it did at D=64 here without a warning, waits in the turn
+    for each wgmma it issues), and its contract says causal. At D=64 it spills nothing: the rare path's S is
+    masked in local memory (kMaskRolled), where masked in registers it had a row sum spilled through every
+    batch."""
+    dense, causal = records[(f"v25.d{D}", "sm_90a")], records[(f"v25.d{D}_causal", "sm_90a")]
+    assert causal["launch"] == {**dense["launch"], "causal": True, "work_list": {"l2_section_bytes": 16 << 20}}
+    assert causal["defines"] == {"FLASH_CAUSAL": 1, "FLASH_HEAD_DIM": D}
+    for key in ("registers", "smem_bytes") + (() if D == 64 else ("spill_bytes", "stack_frame_bytes")):
+        assert causal[key] == dense[key], key
+    if D == 64:  # both entries clean; D=64 without the mask keeps the 8 bytes its rare path's mask spills
+        second = causal["ragged_first"]
+        assert causal["spill_bytes"] == 0 and second["spill_store_bytes"] == second["spill_load_bytes"] == 0
+        assert causal["stack_frame_bytes"] == 128 // 2 * 4  # the rare path's S alone
     assert "warning" not in causal["ptxas_report"].lower()
-    dense = _functions(_sass(d256, built))
+    dense_entries = _functions(_sass(dense, built))
     for name, sass_text in _functions(_sass(causal, built)).items():
         gmma = Counter(m.group(1) for m in re.finditer(r"HGMMA\.(64x\d+x16)", sass_text))
-        assert gmma == Counter(m.group(1) for m in re.finditer(r"HGMMA\.(64x\d+x16)", dense[name]))
+        assert gmma == Counter(m.group(1) for m in re.finditer(r"HGMMA\.(64x\d+x16)", dense_entries[name]))
+        turns = _turns(sass_text, wgmma=D // 16 + 128 // 16 if D == 64 else 256 // 16 + 64 // 16)  # QK's, PV's
+        assert len(turns) == 2 and all(not any("WARPGROUP.DEPBAR" in line for line in turn) for turn in turns)
 
 
 @pytest.mark.parametrize("build, contract, message", [

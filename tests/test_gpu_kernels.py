@@ -198,7 +198,8 @@ def test_a_defect_planted_in_a_bf16_or_grouped_build_fails_its_check(configured_
 
 # S that is no multiple of a tile, below one tile, and B*H odd: the last row tile and key tile are partial
 # (4000, 1, 16 and 129 end their last key tile at 32 keys or fewer: V25's ragged-first entry; at 16, on
-# several heads, D=256's causal row tile 0 has 64 rows past S, which must write nothing)
+# several heads, D=256's causal row tile 0 has 64 rows past S, which must write nothing; at 129 and 4000
+# D=64's causal row tiles, 192 rows from 127 and 96 rows before row 0, are one more than S's)
 RAGGED = [Shape(1, 3, 1000, 128), Shape(2, 3, 1500, 128), Shape(1, 2, 4000, 128), Shape(3, 5, 100, 128),
           Shape(1, 1, 1, 128), Shape(2, 3, 16, 128), Shape(1, 7, 129, 128)]
 
@@ -241,7 +242,7 @@ def test_a_defect_planted_in_a_causal_kernel_fails_its_check(causal_build, defec
     for kernel in causal_build.values():
         planted = Planted(kernel.cubin, kernel.record, kernel.configuration)  # its inputs as its configuration's
         planted.defect = defect
-        for shape in (CASE, Shape(3, 5, 1000, 128)):
+        for shape in at_its_d(kernel, [CASE, Shape(3, 5, 1000, 128)]):
             assert check_kernel(kernel, [shape], gate, kinds=["normal"], progress=lambda m: None, causal=True)["passed"]
             result = check_kernel(planted, [shape], gate, kinds=["normal"], progress=lambda m: None, causal=True)
             assert not result["passed"], (kernel.name, defect, shape)

@@ -310,6 +310,22 @@ def test_a_launch_takes_the_ragged_first_entry_where_the_last_key_tile_holds_few
     assert not any(launch.takes_ragged_first({**BY_HEAD, "block_cols": 128}, S) for S in (1, 4000))
 
 
+def test_a_causal_ragged_first_launch_covers_the_rows_it_places_before_row_0():
+    """Under the mask the ragged-first entry's row tiles start Bc - S mod Bc rows before row 0. Where Bc
+    divides Br (D=128, 256) that changes no count; at Br = 1.5 Bc (D=64: 192 and 128) it adds a row tile
+    at some S, which the launch must pass (the kernel traps on any other count)."""
+    ragged = {"entry": "flash_attention_forward_ragged_first", "keys": 32}
+    d64 = {**BY_HEAD, "block_rows": 192, "block_cols": 128, "ragged_first": ragged}
+    causal_d64, causal_d256 = _Stub({**d64, "causal": True}), _Stub({**d64, "block_rows": 128, "block_cols": 64, "causal": True})
+    assert [launch.row_shift(causal_d64.contract, S) for S in (1, 32, 33, 128, 130, 1000, 4000)] == [127, 96, 0, 0, 126, 0, 96]
+    assert launch.row_shift(d64, 130) == 0  # without the mask no row moves
+    for S in range(1, 1200):
+        grid_rows = 128 * -(-S // 128) if 0 < S % 128 <= 32 else S  # rows from row tile 0's first to S's end
+        assert causal_d64.row_tiles(S) == -(-grid_rows // 192), S
+        assert _Stub(d64).row_tiles(S) == -(-S // 192) and causal_d256.row_tiles(S) == -(-S // 128), S
+    assert (causal_d64.row_tiles(130), _Stub(d64).row_tiles(130)) == (2, 1)  # rows -126 .. 129: two row tiles
+
+
 def test_a_work_list_is_made_once_per_logical_grid_and_kept_while_parameter_blocks_come_and_go(monkeypatch):
     """A CUDA graph captured on a launch reads the work list by address: it must outlive the parameter
     blocks' cache, which lets entries go after 16 shapes. A launch may be given its stream and the

@@ -10,7 +10,8 @@ logical grid (row tiles, heads), the grid a non-persistent kernel is launched on
 parameters after its tensor maps; its blocks walk the row tiles * heads work tiles among themselves.
 
 A contract with `tensor_map_rank` 4 (V25 on) takes its maps by head ([B][H][S][D]), so any S: its
-logical grid is ceil(S / block_rows) row tiles, and it takes the heads per batch H after B*H. One with
+logical grid is ceil(S / block_rows) row tiles (of S + row_shift rows where a causal ragged-first entry
+places rows before row 0), and it takes the heads per batch H after B*H. One with
 `causal` masks the keys after each query: it runs the causal configuration only. One with `work_list`
 takes, after those, the list of work tiles each of its blocks walks (work_list.py), made here with its
 parameter block. One with `ragged_first` has a second entry, launched with the same parameters where S's
@@ -81,8 +82,10 @@ class AttentionKernel:
         return by_head(self.contract)
 
     def row_tiles(self, seq_len: int) -> int:
-        """The logical grid's row tiles for S: whole ones, or for a kernel by head as many as cover S."""
-        return -(-seq_len // self.contract["block_rows"]) if self.by_head else seq_len // self.contract["block_rows"]
+        """The logical grid's row tiles for S: whole ones, or for a kernel by head as many as cover S (for a
+        causal one at an S its ragged-first entry takes, with the rows it places before row 0: row_shift)."""
+        rows = seq_len + row_shift(self.contract, seq_len)
+        return -(-rows // self.contract["block_rows"]) if self.by_head else seq_len // self.contract["block_rows"]
 
     def supports(self, shape: Shape) -> str | None:
         """Why the kernel cannot run `shape`, or None."""
@@ -267,6 +270,16 @@ def takes_ragged_first(contract: dict, seq_len: int) -> bool:
     one whose last key tile holds 1 to `keys` keys."""
     ragged_first = contract.get("ragged_first")
     return bool(ragged_first) and 0 < seq_len % contract["block_cols"] <= ragged_first["keys"]
+
+
+def row_shift(contract: dict, seq_len: int) -> int:
+    """The rows a causal kernel's ragged-first entry places before row 0 at S = seq_len (V25 on): the key tiles
+    are laid out from S's end, so that the part tile is key tile 0, and the row tiles with them, Bc - S mod Bc
+    rows on, so that rows and keys keep their places on the grid of whole tiles; 0 where another entry runs
+    or there is no mask. Its row tiles cover S plus these rows (one more than S's at some S where the row
+    tiles are 1.5 key tiles, V25 at D=64)."""
+    causal_ragged = contract.get("causal") and takes_ragged_first(contract, seq_len)
+    return contract["block_cols"] - seq_len % contract["block_cols"] if causal_ragged else 0
 
 
 def by_head(contract: dict) -> bool:

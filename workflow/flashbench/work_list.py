@@ -1,9 +1,9 @@
 """The work list a persistent kernel by head walks (V25 on): which work tiles each block takes, in order.
 
 A work tile is one row tile of one head, named w = batch_head * row_tiles + row_tile. Under a causal
-mask row tile r reads key tiles 0..r only, so the tiles differ in length by up to S / Bc times, and a
-grid that deals them out in fixed rounds leaves some blocks with far more work than others. The list
-is made here, where the whole of it can be seen:
+mask row tile r reads the key tiles up to its last row's only (0..r where Br = Bc), so the tiles differ
+in length by up to S / Bc times, and a grid that deals them out in fixed rounds leaves some blocks with
+far more work than others. The list is made here, where the whole of it can be seen:
 
     order     heads go in sections whose K and V fit in the kernel's share of L2 (`l2_section_bytes`;
               at least one K/V head, and so with grouped K/V heads the whole group that reads it), so
