@@ -14,10 +14,10 @@ from flashbench import attention, config, elements, gpu
 from flashbench.check import Gate, check_kernel
 from flashbench.compile import compile_kernel, runnable_build
 from flashbench.config import Shape
-from flashbench.files import write_json
+from flashbench.files import read_json, write_json
 from flashbench.launch import AttentionKernel
 
-from conftest import ROOT
+from conftest import ROOT, made_once
 
 pytestmark = pytest.mark.gpu
 KERNELS = [k.name for k in config.load(ROOT / "config.yaml").kernels]
@@ -25,13 +25,13 @@ CASE = Shape(1, 64, 1024, 128)
 
 
 @pytest.fixture(scope="module")
-def builds(settings, tmp_path_factory, needs_nvcc):
+def builds(settings, tmp_path_factory, worker_id, needs_nvcc):
     """Every kernel build (each kernel in each configuration it runs in: v25, v25.causal, v25.bf16, v25.gqa)
-    that runs here, by its name, making its inputs in its configuration."""
+    that runs here, by its name, making its inputs in its configuration. Compiled once for every test
+    worker (pytest -n), side by side."""
     from concurrent.futures import ThreadPoolExecutor
 
     here = gpu.require().arch
-    out = tmp_path_factory.mktemp("cubins")
     runs = []
     for run in settings.kernel_builds():
         k = settings.kernel(run.of)
@@ -39,20 +39,25 @@ def builds(settings, tmp_path_factory, needs_nvcc):
         if arch is not None:  # None: e.g. an sm_90a kernel on an SM103: the pipeline skips it too
             runs.append((run, k, arch))
 
-    def compiled(run, k, arch):
-        cubin = out / f"{run.name}.cubin"
-        record = compile_kernel(run.name, ROOT / k.source, arch, settings.nvcc_flags, settings.defines(run.name), cubin)
-        write_json(out / f"{run.name}.json", record)
-        return cubin, record
+    def compile_all(out):
+        def compiled(run, k, arch):
+            cubin = out / f"{run.name}.cubin"
+            record = compile_kernel(run.name, ROOT / k.source, arch, settings.nvcc_flags, settings.defines(run.name),
+                                    cubin)
+            write_json(out / f"{run.name}.json", record)
 
-    with ThreadPoolExecutor() as pool:  # nvcc in processes of its own: the builds side by side
-        made = list(pool.map(lambda r: compiled(*r), runs))
-    return {run.name: AttentionKernel(cubin, record, run.configuration) for (run, _, _), (cubin, record) in zip(runs, made)}
+        with ThreadPoolExecutor() as pool:  # nvcc in processes of its own: the builds side by side
+            list(pool.map(lambda r: compiled(*r), runs))
+
+    out = made_once(tmp_path_factory, worker_id, f"gpu-cubins-{here}", compile_all)
+    return {run.name: AttentionKernel(out / f"{run.name}.cubin", read_json(out / f"{run.name}.json"), run.configuration)
+            for run, _, _ in runs}
 
 
 @pytest.fixture(scope="module")
 def build(builds):
-    """The kernels' builds in the first configuration, by kernel."""
+    """The kernels' builds without the mask, by build name (a kernel's own name is its build in the first
+    configuration: built(build, name))."""
     return {name: kernel for name, kernel in builds.items() if not kernel.causal}
 
 
@@ -223,6 +228,13 @@ def causal_build(builds):
     return kernels
 
 
+class JudgedUnmasked(AttentionKernel):
+    """A causal build said to compute attention without the mask (the check refuses a kernel asked in
+    another mask than its own before it runs it)."""
+
+    causal = False
+
+
 def test_a_causal_kernel_passes_under_the_mask_at_any_seq_len_on_every_kind_of_input(causal_build, gate):
     for kernel in causal_build.values():
         assert kernel.causal
@@ -232,9 +244,11 @@ def test_a_causal_kernel_passes_under_the_mask_at_any_seq_len_on_every_kind_of_i
         result = check_kernel(kernel, shapes, gate, progress=lambda m: None, causal=True)
         assert result["passed"], result["reason"]
         assert {r["inputs"] for r in result["shapes"]} == set(attention.INPUT_KINDS)
-        # the mask is what passes: against the unmasked reference the same kernel fails
-        unmasked = check_kernel(kernel, [CASE], gate, kinds=["normal"], progress=lambda m: None)
-        assert not unmasked["passed"] and "causal mask" in unmasked["reason"]
+        # the mask is what passes: the same kernel, judged against the reference without the mask, fails
+        judged_unmasked = JudgedUnmasked(kernel.cubin, kernel.record, kernel.configuration)
+        unmasked = check_kernel(judged_unmasked, at_its_d(kernel, [CASE]), gate, kinds=["normal"],
+                                progress=lambda m: None)
+        assert not unmasked["passed"] and f"plain {kernel.dtype}" in unmasked["reason"], unmasked["reason"]
 
 
 @pytest.mark.parametrize("defect", ["zero_row", "missing_key_tile", "scale", "unwritten_tile"])
@@ -386,11 +400,14 @@ cp.cuda.runtime.deviceSynchronize()
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_a_kernel_by_head_is_clean_under_compute_sanitizer(build, causal_build, tmp_path, tool, causal):
+    """Each build by head (V25's) but the bf16 twins, whose loads, stores, copies and barriers are their fp16
+    build's source, on bf16 elements (test_compile holds each twin to its fp16 build's resources, wgmma
+    and turns): eight builds a tool, not sixteen."""
     sanitizer = shutil.which("compute-sanitizer")
     if sanitizer is None:
         pytest.skip("compute-sanitizer not found")
     for kernel in (causal_build if causal else build).values():
-        if not kernel.by_head:
+        if not kernel.by_head or kernel.dtype == "bf16":
             continue
         record = tmp_path / f"{kernel.name}.json"
         write_json(record, kernel.record)
