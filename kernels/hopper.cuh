@@ -519,8 +519,8 @@ __device__ __forceinline__ void require_head_tiles_cover(int seq_len, int row_ti
 // section):
 //   flash_attention_forward(q, k, v, o, seq_len, scale_log2, tmap_q, tmap_k, tmap_v, tmap_o, row_tiles,
 //                           batch_heads, heads, kv_group, work_list)
-// with row_tiles = ceil(S / block_rows) (of S + row_shift rows in a causal ragged-first entry that places
-// rows before row 0: the launcher's row_shift), batch_heads = B*H (require_head_tiles_cover, WorkList).
+// with row_tiles = ceil((S + row_shift) / block_rows) (row_shift: the rows a causal ragged-first entry places
+// before row 0, else 0), batch_heads = B*H (require_head_tiles_cover, WorkList).
 // Where ragged_first_keys is n > 0, the same parameters go to flash_attention_forward_ragged_first for
 // an S with 0 < S mod block_cols <= n.
 #define FLASH_LAUNCH_CONTRACT_HEAD_MAPS(threads, block_rows, block_cols, dynamic_smem_bytes, head_dim, q_box_rows, \

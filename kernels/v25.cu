@@ -34,7 +34,8 @@
 // and flash_attention_forward_ragged_first for those (the launch picks by the contract's
 // ragged_first): there the key tiles are laid out from S's end, so that the part tile is every work
 // tile's key tile 0, whose QK (wgmma N = 32) and softmax take its keys alone, and under the mask the
-// row tiles with them, so that each diagonal stays one key tile (see `attention`).
+// row tiles with them, so that rows and keys keep their places on the grid of whole tiles, each diagonal
+// crossing the key tiles it crosses in the first entry (see `attention`).
 // Choice: a second entry, not a choice by width inside the kernel: a branch by width in batch 0
 //   serialises every wgmma (ptxas C7515), and the consumers' loop made once per width, chosen once,
 //   slowed the whole-tile copy by 3.3-6.7% at S = 512-4096 (NOTES), while the narrow tile made S = 4000

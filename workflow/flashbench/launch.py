@@ -10,8 +10,8 @@ logical grid (row tiles, heads), the grid a non-persistent kernel is launched on
 parameters after its tensor maps; its blocks walk the row tiles * heads work tiles among themselves.
 
 A contract with `tensor_map_rank` 4 (V25 on) takes its maps by head ([B][H][S][D]), so any S: its
-logical grid is ceil(S / block_rows) row tiles (of S + row_shift rows where a causal ragged-first entry
-places rows before row 0), and it takes the heads per batch H after B*H. One with
+logical grid is ceil((S + row_shift) / block_rows) row tiles (row_shift: the rows a causal ragged-first
+entry places before row 0, else 0), and it takes the heads per batch H after B*H. One with
 `causal` masks the keys after each query: it runs the causal configuration only. One with `work_list`
 takes, after those, the list of work tiles each of its blocks walks (work_list.py), made here with its
 parameter block. One with `ragged_first` has a second entry, launched with the same parameters where S's
