@@ -61,8 +61,6 @@ def call(q, k=None, v=None, **kw):
      "grouped K/V heads)"),
     ((Stand((2, 1000, 8, 256)), Stand((2, 1000, 2, 256)), Stand((2, 1000, 2, 256))), {},
      "mask none, D=256, fp16, grouped K/V heads is not a configuration the line runs"),
-    ((Stand((2, 1000, 8, 64)), Stand((2, 1000, 2, 64)), Stand((2, 1000, 2, 64))), {"causal": True},
-     "mask causal, D=64, fp16, grouped K/V heads is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 96)),), {}, "mask none, D=96, fp16 is not a configuration the line runs"),
     ((Stand(BSHD, device="cpu"),), {}, "the inputs are on the cpu; it runs on a CUDA GPU"),
     ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices"),
@@ -108,13 +106,16 @@ def test_each_configuration_asks_for_its_best_build(settings):
     for causal, D, grouped, name in ((True, 128, False, "causal_bf16"), (False, 128, True, "gqa_bf16"),
                                      (False, 64, False, "d64_bf16"), (False, 256, False, "d256_bf16"),
                                      (True, 128, True, "gqa_causal_bf16"), (True, 64, False, "d64_causal_bf16"),
-                                     (True, 256, False, "d256_causal_bf16")):
+                                     (True, 256, False, "d256_causal_bf16"), (True, 64, True, "gqa_d64_causal_bf16"),
+                                     (True, 256, True, "gqa_d256_causal_bf16")):
         configuration, build = api.configuration_for(settings, causal, D, "bf16", grouped=grouped)
         assert configuration.name == name and configuration.dtype == "bf16" and build == f"v25.{name}"
-    # D=64 and D=256 under the mask, on full heads
+    # D=64 and D=256 under the mask, on full heads and on grouped K/V heads (decoders with GQA at those D)
     for D in (64, 256):
         causal_at_d, build = api.configuration_for(settings, True, D, "fp16")
         assert causal_at_d.causal and causal_at_d.D == D and build == f"v25.d{D}_causal"
+        grouped_at_d, build = api.configuration_for(settings, True, D, "fp16", grouped=True)
+        assert grouped_at_d.kv_group > 1 and grouped_at_d.D == D and build == f"v25.gqa_d{D}_causal"
     # grouped K/V heads under the mask: a decoder's attention with GQA
     grouped_causal, build = api.configuration_for(settings, True, 128, "fp16", grouped=True)
     assert grouped_causal.causal and grouped_causal.kv_group > 1 and build == "v25.gqa_causal"
@@ -192,12 +193,12 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("kv_heads, D, causal", [(6, 128, True), (2, 128, False), (1, 128, False), (2, 128, True),
                                                  (1, 128, True), (6, 64, False), (6, 64, True), (6, 256, False),
-                                                 (6, 256, True)])
+                                                 (6, 256, True), (2, 64, True), (2, 256, True)])
 def test_bf16_grouped_kv_heads_and_other_head_dims_agree_with_sdpa(layout, S, dtype, kv_heads, D, causal, tmp_path,
                                                                      monkeypatch):
     """In fp16 and in bf16 (every configuration has its bf16 twin): under the mask, on grouped K/V heads (3
     query heads a K/V head, GQA, and all 6 on one, MQA) with and without it, at D=64 and at D=256, with and
-    without the mask."""
+    without the mask, and there on grouped K/V heads under it."""
     torch = _torch()
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
     B, H = 2, 6

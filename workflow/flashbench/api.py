@@ -6,7 +6,7 @@ The kernel is config.yaml's best headline version that runs in the configuration
 (the mask, D, the element type, and whether K and V have fewer heads than Q): V25 today, any S, fp16 or
 bf16, at D=128 with or without the causal mask, on full or grouped K/V heads (GQA, MQA: any H_kv that
 divides H, as the build of the configuration with a kv_group takes the group at launch), at D=64 and D=256
-with or without the mask, on full heads. Both come from the flashbench checkout (an editable
+with or without the mask on full heads, and under it on grouped K/V heads too. Both come from the flashbench checkout (an editable
 install's, or the one FLASHBENCH_ROOT names). It is compiled with nvcc on its first call in a process
 (into FLASHBENCH_CACHE, ~/.cache/flashbench unless set, and reused from there while its source, headers,
 flags and nvcc stay the same), and launched on torch's current stream, so that it can be captured in a
