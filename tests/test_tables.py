@@ -91,15 +91,15 @@ def test_the_archived_tables_pass_as_they_are(archived):
     summary, meta = archived
     tables = archive_tables.read_tables(ARCHIVE)
     paired = archive_tables.read_paired(ARCHIVE, meta, summary)
-    assert len(tables[1]) == 23 and len(tables[2]) == 17 and len(paired["head_to_head"]) == 120
-    assert len(paired["cycles"]) == 74
+    assert len(tables[1]) == 41 and len(tables[2]) == 17 and len(paired["head_to_head"]) == 139
+    assert len(paired["cycles"]) == 218
 
 
 # ---- head_to_head.csv --------------------------------------------------------------------------------
 
 FIRST = "v25 against v24 by step at the case"  # head_to_head.csv's line 2
-FIRST_INTERVAL = "[0.9944324018805997, 1.0966270831557057]"
-FIRST_CAUSAL = "v25 against sdpa_cudnn by step at the case"  # line 86: the causal configuration's first
+FIRST_INTERVAL = "[0.9955372672167875, 1.012477127631063]"
+FIRST_CAUSAL = "v25 against sdpa_cudnn by graph at the case"  # line 86: the causal configuration's first
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -113,8 +113,8 @@ FIRST_CAUSAL = "v25 against sdpa_cudnn by step at the case"  # line 86: the caus
      f"line 2 ({FIRST}): ratio -1.14 is not a positive finite number"),
     (lambda p: set_cells(p, 2, ratio="abc"), f"line 2 ({FIRST}): ratio 'abc' is not a number"),
     (lambda p: set_cells(p, 2, ratio=1.2), f"line 2 ({FIRST}): ratio 1.2 is outside its interval {FIRST_INTERVAL}"),
-    (lambda p: set_cells(p, 2, ci_low=1.05), (f"line 2 ({FIRST}): ratio 1.0408216823924616 is outside its interval "
-                                            "[1.05, 1.0966270831557057]")),
+    (lambda p: set_cells(p, 2, ci_low=1.05), (f"line 2 ({FIRST}): ratio 1.0029145136400102 is outside its interval "
+                                            "[1.05, 1.012477127631063]")),
     (lambda p: drop(p, 5), ("line 5: no row for v25 against sdpa_cudnn by graph at the case, where kernels.json says "
                            "both were run: cut short or edited")),
     (lambda p: drop(p, 85), "line 85: no row for v24 against flash_attn_cute by graph at S=16384"),
@@ -123,7 +123,7 @@ FIRST_CAUSAL = "v25 against sdpa_cudnn by step at the case"  # line 86: the caus
                                              "rivals in kernels.json (v24, sdpa_cudnn, sdpa_auto, flash_attn_cute)")),
     (lambda p: set_cells(p, 16, version="v22"), ("line 16 (v22 against v24 by step at S=512): v22 is not one of "
                                                 "kernels.json's headline versions (v25, v24)")),
-    (lambda p: duplicate(p, 2), f"line 122 ({FIRST}): a second row for it (the first is line 2)"),
+    (lambda p: duplicate(p, 2), f"line 141 ({FIRST}): a second row for it (the first is line 2)"),
     (lambda p: set_cells(p, 2, S=3072), ("line 2 (v25 against v24 by step at S=3072): B=1 H=64 S=3072 D=128 is not a "
                                         "point of the head-to-head")),
     (lambda p: set_cells(p, 2, is_case=False),
@@ -132,10 +132,10 @@ FIRST_CAUSAL = "v25 against sdpa_cudnn by step at the case"  # line 86: the caus
     (lambda p: set_cells(p, 2, rounds=19), f"line 2 ({FIRST}): rounds 19, but the head-to-head ran 10"),
     (lambda p: set_cells(p, 2, rival_tflops=-282.7), f"line 2 ({FIRST}): rival_tflops -282.7 is not a positive finite"),
     # a configuration's rows are checked as a run of that configuration, named by its kernels and peers
-    (lambda p: set_cells(p, 86, rival="fa3"), ("in the configuration causal, line 86 (v25 against fa3 by step at the "
+    (lambda p: set_cells(p, 86, rival="fa3"), ("in the configuration causal, line 86 (v25 against fa3 by graph at the "
                                               "case): fa3 is not one of v25's rivals in kernels.json (sdpa_cudnn, "
                                               "sdpa_auto, flash_attn_cute)")),
-    (lambda p: drop(p, 87), ("in the configuration causal, line 87: no row for v25 against sdpa_cudnn by graph at the "
+    (lambda p: drop(p, 87), ("in the configuration causal, line 87: no row for v25 against sdpa_auto by graph at the "
                             "case, where kernels.json says both were run")),
     (lambda p: set_cells(p, 86, verdict="level"), f"in the configuration causal, line 86 ({FIRST_CAUSAL}): verdict 'level'"),
 ], ids=["every-verdict-behind", "ratio-inf", "ratio-empty", "ratio-nan", "ratio-negative", "ratio-abc",
@@ -165,7 +165,7 @@ def test_a_contestant_kernels_json_says_failed_its_check_has_no_head_to_head(cop
     cycles = copy / "cycles.csv"
     write_lines(cycles, [row for row in lines(cycles) if row[0] != "sdpa_auto"])
     # its rows against the two headline versions; under the mask its run (sdpa_auto.causal) passed
-    assert len(archive_tables.read_paired(copy, meta, summary)["head_to_head"]) == 120 - 2 * 2 * 6
+    assert len(archive_tables.read_paired(copy, meta, summary)["head_to_head"]) == 139 - 2 * 2 * 6
 
 
 def test_a_contestant_the_sweep_found_no_kernel_for_at_a_length_has_no_rows_there(copy, archived):
@@ -197,14 +197,14 @@ def test_a_contestant_the_sweep_found_no_kernel_for_at_a_length_has_no_rows_ther
     (lambda p: set_cells(p, 2, efficiency_per_cycle="inf"),
      "line 2 (v11 at the case): efficiency_per_cycle inf is not a number in (0, 1]"),
     (lambda p: set_cells(p, 2, efficiency_per_cycle=0.15),
-     "line 2 (v11 at the case): efficiency_per_cycle 0.15 is not what 441025 cycles on 132 SMs come to (0.144096)"),
+     "line 2 (v11 at the case): efficiency_per_cycle 0.15 is not what 440538 cycles on 132 SMs come to (0.144256)"),
     (lambda p: set_cells(p, 2, cycles=445000.0), ("line 2 (v11 at the case): cycles 445000.0 is not between cycles_min "
-                                                 "439360.0 and cycles_max 441348.0")),
+                                                 "438272.0 and cycles_max 442099.0")),
     (lambda p: set_cells(p, 2, launches=6),
      "line 2 (v11 at the case): launches 6, but the run counted 7 at each shape"),
     (lambda p: drop(p, 2), "line 2: no row for v11 at the case, where kernels.json says it was counted"),
     (lambda p: drop(p, *range(2, 50)), "line 2: no row for v11 at the case"),
-    (lambda p: duplicate(p, 3), "line 76 (v12 at the case): a second row for it (the first is line 3)"),
+    (lambda p: duplicate(p, 3), "line 220 (v12 at the case): a second row for it (the first is line 3)"),
     (lambda p: set_cells(p, 2, S=2048), "line 2 (v11 at S=2048): v11 is counted at the case only"),
     (lambda p: set_cells(p, 2, kernel="v10"), "line 2 (v10 at the case): v10 is not among the kernels of kernels.json"),
     (lambda p: set_cells(p, 2, kind="peer"),
@@ -266,7 +266,7 @@ def test_a_kernel_ncu_could_not_count_has_no_cycle_rows_and_is_not_missed(copy, 
     (lambda p: drop(p, 9), "line 9: no row for br128 for sm_90, which kernels.json's run builds it for"),
     (lambda p: drop(p, 8, 9), "line 8: no row for br128 for sm_103"),
     (lambda p: drop(p, *range(2, 25)), "line 2: no row for v11 for sm_103"),  # the run's archs, its settings say
-    (lambda p: duplicate(p, 12), "line 25 (v14 for sm_90a): a second row for it (the first is line 12)"),
+    (lambda p: duplicate(p, 12), "line 43 (v14 for sm_90a): a second row for it (the first is line 12)"),
     (lambda p: set_cells(p, 12, arch="sm_90"), "line 12 (v14 for sm_90): v14 is built for sm_90a"),
     (lambda p: set_cells(p, 13, dynamic_smem_bytes=240000, smem_bytes=240000),
      "line 13 (v15 for sm_90a): dynamic_smem_bytes 240000 is not a whole number in [0, 232448]"),
@@ -354,7 +354,7 @@ def test_no_block_fitting_an_sm_is_refused_only_in_a_build_that_ran(archived):
     (lambda p: set_cells(p, 2, achieved_occupancy_pct=123.9), ("line 2 (v11): achieved_occupancy_pct 123.9 is not a "
                                                               "number in [0, 100]")),
     (lambda p: set_cells(p, 2, stall_barrier=-0.46), "line 2 (v11): stall_barrier -0.46 is not a number in [0, inf)"),
-    (lambda p: set_cells(p, 2, softmax_share=0.9), "line 2 (v11): softmax_share 0.9, but kernels.json says 0.5669145669145669"),
+    (lambda p: set_cells(p, 2, softmax_share=0.9), "line 2 (v11): softmax_share 0.9, but kernels.json says 0.5626595626595626"),
     (lambda p: set_cells(p, 2, softmax_in_top_lines=4), ("line 2 (v11): softmax_in_top_lines 4, but kernels.json's top "
                                                         "stall lines have 2")),
     (lambda p: set_cells(p, 2, kernel="sdpa_auto"), "line 2 (sdpa_auto): kernels.json says sdpa_auto was not profiled"),
