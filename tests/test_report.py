@@ -592,7 +592,8 @@ def test_a_ragged_length_is_judged_against_the_next_multiple_of_128_by_its_paire
 def test_each_configuration_after_the_first_gets_its_bars_and_a_panel_against_s(tmp_path, monkeypatch):
     """hopper.md's figures hold every configuration: a group of bars of its own at the case, below the first's
     bars (each kernel or peer that runs in more than the first, in its own colour throughout), and a panel
-    of its own against S below the first's, each name drawn in the same style in both."""
+    of its own against S below the first's (lower: figures.OTHER_PANEL_HEIGHT), each name drawn in the same
+    style in both."""
     import struct
 
     from flashbench import figures
@@ -606,7 +607,8 @@ def test_each_configuration_after_the_first_gets_its_bars_and_a_panel_against_s(
     figures.sweep_figure(dense, ["v25", "sdpa_cudnn"], {}, "GPU", case, tmp_path / "two.png",
                          (("causal", causal, {"v25": "the line's best"}),))
     height = {n: struct.unpack(">II", (tmp_path / f"{n}.png").read_bytes()[16:24])[1] for n in ("one", "two")}
-    assert 1.9 < height["two"] / height["one"] < 2.1
+    expected = 1 + figures.OTHER_PANEL_HEIGHT / figures.FIRST_PANEL_HEIGHT  # the causal panel below the first's
+    assert expected - 0.1 < height["two"] / height["one"] < expected + 0.1
 
     drawn = []
     draw = figures._bars

@@ -19,24 +19,32 @@ OURS_PALETTE, PEERS_PALETTE = "tab10", "Dark2"
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 PEER_DASHES = ((5, 2), (2, 1.5), (6, 2, 1.5, 2), (1, 1), (8, 2, 1.5, 2, 1.5, 2), (3, 3))
 EMPHASIZED_WIDTH, LINE_WIDTH = 3.0, 1.6
+FIRST_PANEL_HEIGHT, OTHER_PANEL_HEIGHT = 5.6, 3.0  # inches: the sweep's first configuration's panel, the others'
 FONT = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10, "ytick.labelsize": 10,
         "legend.fontsize": 10, "legend.title_fontsize": 10}
 
 
 def _save(fig, path: Path) -> None:
+    """`fig` as a PNG of 256 colours (a third of the bytes of full colour for these lines and bars): a
+    report page embeds its figures, and a browser shows a page of at most 2 MB (Chromium's limit on a
+    URL, which Snakemake's report makes of each page)."""
     import matplotlib.pyplot as plt
+    from PIL import Image
 
     fig.tight_layout()
     try:
         with staged(path) as tmp:
-            fig.savefig(tmp, dpi=120)
+            fig.savefig(tmp, dpi=120, format="png")
+            with Image.open(tmp) as full:
+                palette = full.convert("RGB").quantize(colors=256)
+            palette.save(tmp, format="PNG", optimize=True)
     finally:
         plt.close(fig)
 
 
-def _axes(width: float, height: float, rows: int = 1):
-    """A figure and its axes: one, or `rows` panels stacked, each `height` high."""
-    return _stacked(width, [height] * rows)
+def _axes(width: float, height: float):
+    """A figure and its one axes."""
+    return _stacked(width, [height])
 
 
 def _stacked(width: float, heights: list[float]):
@@ -176,13 +184,15 @@ def sweep_figure(sweep: pd.DataFrame, order: list[str], emphasized: dict[str, st
                  path: Path, other_configurations: tuple[tuple[str, pd.DataFrame, dict[str, str]], ...] = ()) -> None:
     """TFLOPS against S, one line per kernel or peer (ours solid, the peers dashed), the `emphasized`
     ones ({name: why}) thicker, their legend entries saying why; each of `other_configurations` (its
-    label, its sweep rows and its emphasized) in a panel of its own below, each name in the same style."""
+    label, its sweep rows and its emphasized) in a panel of its own below, each name in the same style,
+    lower than the first's (twenty configurations' panels as high as the first made hopper.md's page
+    2.4 MB, above what a browser shows: see _save)."""
     import matplotlib
 
     panels = [(label, rows.dropna(subset=["tflops"]), marked)
               for label, rows, marked in (("", sweep, emphasized), *other_configurations)]
     with matplotlib.rc_context(FONT):
-        fig, axes = _axes(11.0, 5.6, rows=len(panels))
+        fig, axes = _stacked(11.0, [FIRST_PANEL_HEIGHT] + [OTHER_PANEL_HEIGHT] * (len(panels) - 1))
         timed_all = pd.concat([timed for _, timed, _ in panels])
         kinds = dict(zip(timed_all.kernel, timed_all.kind))
         names = [n for n in order if n in kinds] + [n for n in dict.fromkeys(timed_all.kernel) if n not in order]
