@@ -84,8 +84,9 @@ class AttentionKernel:
     def row_tiles(self, seq_len: int) -> int:
         """The logical grid's row tiles for S: whole ones, or for a kernel by head as many as cover S (for a
         causal one at an S its ragged-first entry takes, with the rows it places before row 0: row_shift)."""
-        rows = seq_len + row_shift(self.contract, seq_len)
-        return -(-rows // self.contract["block_rows"]) if self.by_head else seq_len // self.contract["block_rows"]
+        if not self.by_head:
+            return seq_len // self.contract["block_rows"]
+        return -(-(seq_len + row_shift(self.contract, seq_len)) // self.contract["block_rows"])
 
     def supports(self, shape: Shape) -> str | None:
         """Why the kernel cannot run `shape`, or None."""
