@@ -131,7 +131,8 @@ def with_stub(tmp_path: Path, name: str, script: str) -> dict:
 
 
 # What the GPU commands ask of CuPy once they hold the GPU (a test without one puts it in sys.modules)
-FAKE_CUPY = SimpleNamespace(cuda=SimpleNamespace(Device=lambda *a: SimpleNamespace(pci_bus_id="0000:19:00.0"),
+FAKE_CUPY = SimpleNamespace(cuda=SimpleNamespace(Device=lambda *a: SimpleNamespace(pci_bus_id="0000:19:00.0",
+                                                                                    synchronize=lambda: None),
                                                  runtime=SimpleNamespace(deviceSynchronize=lambda: None)),
                             random=SimpleNamespace(default_rng=lambda seed: seed))
 

@@ -142,6 +142,55 @@ def test_a_head_to_head_point_runs_to_its_rounds_with_each_contestant_in_its_con
     assert json.loads(offline.out.read_text())["configuration"] == configuration
 
 
+def test_a_timing_reads_its_provenance_once_it_has_let_the_gpu_go(offline, monkeypatch):
+    """nvidia-smi's start (the provenance) runs nothing on the GPU: a bench and a head-to-head read it after
+    their hold, so that the GPU does not stand idle in it."""
+    from conftest import recording_hold
+
+    steps = []
+    monkeypatch.setattr("flashbench.cli._gpu_held", recording_hold(steps))
+    monkeypatch.setattr(gpu, "provenance", lambda: steps.append(("provenance",)) or records.provenance("offline"))
+    monkeypatch.setattr(timing, "bench", lambda *args, **kwargs: steps.append(("timed",)) or {
+        "tflops": 1.0, "tflops_median": 1.0, "tflops_graph": 1.0, "clocks": {"throttled": False}})
+    options, check = offline.files("v25")
+    assert main(["bench", "--settings", offline.file, *options, "--check", str(check), "--out", str(offline.out)]) == 0
+    assert [s[0] for s in steps] == ["hold", "timed", "release", "provenance"]
+
+    steps.clear()
+    monkeypatch.setattr(headtohead, "measure", lambda impls, shape, *args, **kwargs: steps.append(("timed",)) or {
+        **shape.as_dict(), "order": [], "contestants": {}, "excluded": {}})
+    checks, cubins = [], []
+    for name in offline.settings.contestants(offline.settings.configurations[0]):
+        options, check = offline.files(name)
+        checks.append(str(check))
+        cubins += options[1:2] if options[0] == "--cubin" else []
+    assert main(["head-to-head", "--settings", offline.file, "--S", "4096", "--checks", *checks, "--cubins", *cubins,
+                 "--out", str(offline.out)]) == 0
+    assert [s[0] for s in steps] == ["hold", "timed", "release", "provenance"]
+    assert json.loads(offline.out.read_text())["provenance"] == records.provenance("offline")
+
+
+def test_a_gpu_job_makes_its_cuda_context_while_it_waits_for_the_lock(monkeypatch):
+    """Making CUDA's context runs nothing on the GPU, and takes a good part of a short hold: a job makes it
+    before it waits for the lock, and holds the lock of the GPU it made it on."""
+    from flashbench import cli, gpulock
+
+    steps = []
+    device = SimpleNamespace(pci_bus_id="0000:19:00.0", synchronize=lambda: steps.append(("context",)))
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=SimpleNamespace(Device=lambda *a: device)))
+    monkeypatch.setattr(gpu, "require", lambda: gpu.GPU("NVIDIA H200", "sm_90"))
+
+    @contextlib.contextmanager
+    def hold(bus_id, what, exclusive=True, progress=print):
+        steps.append(("hold", bus_id, what, exclusive))
+        yield
+
+    monkeypatch.setattr(gpulock, "hold", hold)
+    with cli._gpu_held("sweep v25"):
+        steps.append(("timed",))
+    assert steps == [("context",), ("hold", "0000:19:00.0", "sweep v25", True), ("timed",)]
+
+
 def test_a_check_whose_call_hangs_writes_its_record_then_leaves_the_process_at_once(offline, monkeypatch):
     """The hung call still runs on the GPU: the record is written, then the process ends on the spot (no
     exit handler, no release of the lock, that would wait on the call)."""

@@ -26,6 +26,8 @@ def test_the_shipped_config_is_valid():
     assert settings.baseline == "sdpa_auto" and settings.baseline in [p.name for p in settings.peers]
     assert [s.S for s in settings.sweep_shapes()] == [512, 1024, 2048, 4096, 8192, 16384, 4000]  # sweep.ragged last
     assert [s.S for s in settings.headline_shapes()] == [1024, 512, 2048, 4096, 8192, 16384]  # not the ragged S
+    # the first configuration's points: none below every goal's S
+    assert [s.S for s in settings.headline_shapes(settings.configurations[0])] == [1024, 2048, 4096, 8192, 16384]
     assert {s.B for s in settings.sweep_shapes()} == {settings.case.B}
     assert settings.goal.rivals == ("cudnn", "auto") and set(settings.goal.next.factors) == {"cudnn", "flash_attn_cute"}
 
@@ -326,6 +328,8 @@ def test_a_configuration_runs_the_head_to_head_as_it_asks_there(settings):
     dense, d64 = settings.configurations[0], next(c for c in settings.configurations if c.name == "d64")
     assert "configurations" not in settings.head_to_head_in(dense)
     assert settings.head_to_head_in(dense)["energy_rounds"] == 1 and settings.head_to_head_in(d64)["energy_rounds"] == 0
+    # the lead-in: 100 ms where a turn times back to back, 50 ms where every timing follows a graph
+    assert (settings.head_to_head_in(dense)["lead_in_ms"], settings.head_to_head_in(d64)["lead_in_ms"]) == (100, 50)
     asked = replace(settings, head_to_head={**settings.head_to_head, "configurations": {
         "d64": {"S": [1024, 16384], "rounds": 6, "rivals": ["flash_attn_cute"]}}})
     d64_h2h = asked.head_to_head_in(d64)
@@ -347,12 +351,12 @@ def test_the_headline_is_counted_at_the_ragged_lengths_where_cycles_ragged_asks(
     the points alone."""
     from dataclasses import replace
 
-    points = [s.S for s in settings.headline_shapes()]
+    points = [s.S for s in settings.headline_shapes(settings.configurations[0])]
     assert settings.cycles["ragged"] and settings.sweep["ragged"] == [4000]
     for name in ("v25", "v24"):
         assert [s.S for s in settings.cycle_shapes(name)] == [*points, 4000]
-    # under the mask the points head_to_head.configurations names there: the case and S >= 1024
-    assert [s.S for s in settings.cycle_shapes("v25.causal")] == [*(S for S in points if S != 512), 4000]
+    # under the mask the points head_to_head.configurations names there: the case and S >= 1024, as in dense
+    assert [s.S for s in settings.cycle_shapes("v25.causal")] == [*points, 4000]
     assert [s.S for s in settings.cycle_shapes("sdpa_cudnn")] == points
     unasked = replace(settings, cycles={"launches": 7})
     assert [s.S for s in unasked.cycle_shapes("v25")] == points
@@ -368,7 +372,7 @@ def test_a_ragged_pair_and_the_ragged_counts_rerun_only_what_reads_them(settings
                                                   "rivals": settings.head_to_head["rivals"][:1]})
     for name in ("v25", "v25.causal", "v24", "v11", "sdpa_cudnn"):
         assert settings.used_by("sweep", name) == more_rivals.used_by("sweep", name)
-    assert settings.used_by("sweep", "v25")["paired"] == {"rounds": 10, "warmup": 10, "min_timing_ms": 1000,
+    assert settings.used_by("sweep", "v25")["paired"] == {"rounds": 6, "warmup": 10, "min_timing_ms": 1000,
                                                           "lead_in_ms": 100}
     assert "paired" not in settings.used_by("sweep", "sdpa_cudnn")
     longer = replace(settings, sweep={**settings.sweep, "ragged_pair": {**settings.sweep["ragged_pair"], "rounds": 12}})

@@ -152,7 +152,8 @@ def test_the_driver_holds_the_gpu_from_its_first_launch_to_its_last_and_says_on_
                                                                                     records_settings):
     """launch-marked takes the GPU's lock itself once its imports are done (ncu's start and Python's hold
     nothing), names the hold for the stage that runs it, and writes what ran with the provenance read
-    while it held; where the lock cannot be held it says why and fails."""
+    once it let the GPU go (nvidia-smi's start holds nothing either); where the lock cannot be held it
+    says why and fails."""
     import records
     from flashbench import cli, gpu
     from flashbench.files import read_json
@@ -172,7 +173,7 @@ def test_the_driver_holds_the_gpu_from_its_first_launch_to_its_last_and_says_on_
     argv = ["launch-marked", *records_settings, "--peer", "sdpa_auto", "--hold-for", "cycles sdpa_auto",
             "--identity-out", str(out)]
     assert cli.main(argv) == 0
-    assert [s[0] for s in steps] == ["import", "hold", "load", "launch", "provenance", "release"]
+    assert [s[0] for s in steps] == ["import", "hold", "load", "launch", "release", "provenance"]
     assert steps[1] == ("hold", "cycles sdpa_auto")
     ran = read_json(out)
     assert ran["identity"] == Impl.identity and ran["shapes"] == [records.CASE] and ran["provenance"]["gpu"]

@@ -104,7 +104,9 @@ def _gpu_held(what: str, exclusive: bool = True):
     gpu.require()
     import cupy as cp
 
-    with gpulock.hold(cp.cuda.Device().pci_bus_id, what, exclusive=exclusive, progress=_progress):
+    device = cp.cuda.Device()
+    device.synchronize()  # CUDA's context made while waiting, not in the hold: making it runs nothing on the GPU
+    with gpulock.hold(device.pci_bus_id, what, exclusive=exclusive, progress=_progress):
         yield
 
 
@@ -112,8 +114,8 @@ def _gpu_held(what: str, exclusive: bool = True):
 def _held_by_driver(what: str, out: str | None):
     """The hold of a driver ncu runs (launch-once, launch-marked), taken once its imports are done, so that
     neither ncu's start nor Python's holds the GPU: `what` names the stage it runs for. At `out` it says
-    what it ran (the dict it yields) and on what (provenance, read while it holds), or, where the GPU
-    could not be held, why (`not_held`: its parent's stage then fails, where ncu's own failure is
+    what it ran (the dict it yields) and on what (provenance, read once the GPU is let go), or, where the
+    GPU could not be held, why (`not_held`: its parent's stage then fails, where ncu's own failure is
     recorded)."""
     from . import gpu
 
@@ -126,8 +128,8 @@ def _held_by_driver(what: str, out: str | None):
             raise
         ran = {}
         yield ran
-        if out:
-            write_json(out, {**ran, "provenance": gpu.provenance()})
+    if out:
+        write_json(out, {**ran, "provenance": gpu.provenance()})
 
 
 def _driver_said(path: Path) -> dict | None:
@@ -295,8 +297,10 @@ def _timed(a, what: str, run) -> None:
 
         with ClockSampler(cp.cuda.Device().pci_bus_id) as sampler:
             result = run(kernel, secrets.randbits(32), sampler)
-        _write_record(a, {"kernel": kernel.name, "configuration": _run(a).configuration.name, "timed": True,
-                           "reason": None, **kernel.identity, **result, "provenance": gpu.provenance()})
+    # provenance read once the GPU is let go: nothing in it moves with the work, and nvidia-smi's start would
+    # keep the GPU idle in the hold
+    _write_record(a, {"kernel": kernel.name, "configuration": _run(a).configuration.name, "timed": True,
+                      "reason": None, **kernel.identity, **result, "provenance": gpu.provenance()})
 
 
 def cmd_bench(a) -> None:
@@ -438,10 +442,10 @@ def cmd_head_to_head(a) -> None:
         with ClockSampler(bus_id) as sampler:
             record = measure(impls, shape, settings.head_to_head_in(configuration), secrets.randbits(32), sampler,
                              EnergyCounter.open(bus_id), progress=_progress) if impls else None
-        record = record or {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
-        _write_record(a, {**record, "is_case": shape == settings.in_configuration(configuration).case,
-                           "configuration": configuration.name,
-                           "excluded": {**excluded, **record["excluded"]}, "provenance": gpu.provenance()})
+    record = record or {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
+    _write_record(a, {**record, "is_case": shape == settings.in_configuration(configuration).case,
+                      "configuration": configuration.name,
+                      "excluded": {**excluded, **record["excluded"]}, "provenance": gpu.provenance()})  # let go: _timed
     print(f"head-to-head at {shape}, {configuration.name}: {len(impls)} contestants"
           + (f", {len(excluded)} left out" if excluded else ""))
 
