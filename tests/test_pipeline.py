@@ -74,8 +74,9 @@ def test_dry_run_with_a_gpu_lists_every_stage(checkout, settings, with_ncu):
         assert f"results/nvidia-h200/sweep/{name}.json" in proc.stdout
     assert "results/nvidia-h200/profile/v12.json" in proc.stdout
     assert "reports/nvidia-h200/report.md" in proc.stdout and "reports/nvidia-h200/sweep.png" in proc.stdout
-    for point in ("S1024", "S512", "S16384", "S1024.causal", "S16384.causal", "S4096.bf16", "S4096.gqa", "S4096.d64"):
+    for point in ("S1024", "S2048", "S16384", "S1024.causal", "S16384.causal", "S4096.bf16", "S4096.gqa", "S4096.d64"):
         assert f"results/nvidia-h200/head_to_head/{point}.json" in proc.stdout
+    assert "results/nvidia-h200/head_to_head/S512.json" not in proc.stdout  # below every goal's S
     for run in ("v25.causal", "sdpa_cudnn.causal", "flash_attn_cute.causal", "v25.bf16", "flash_attn_cute.gqa",
                 "v25.causal_bf16", "v25.d256_bf16", "v25.gqa_causal", "v25.gqa_causal_bf16"):
         assert all(f"results/nvidia-h200/{stage}/{run}.json" in proc.stdout for stage in ("bench", "sweep", "cycles"))
