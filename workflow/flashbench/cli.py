@@ -445,7 +445,7 @@ def cmd_head_to_head(a) -> None:
     record = record or {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
     _write_record(a, {**record, "is_case": shape == settings.in_configuration(configuration).case,
                       "configuration": configuration.name,
-                      "excluded": {**excluded, **record["excluded"]}, "provenance": gpu.provenance()})  # let go: _timed
+                      "excluded": {**excluded, **record["excluded"]}, "provenance": gpu.provenance()})  # read once let go, as _timed
     print(f"head-to-head at {shape}, {configuration.name}: {len(impls)} contestants"
           + (f", {len(excluded)} left out" if excluded else ""))
 
