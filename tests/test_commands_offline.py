@@ -70,6 +70,17 @@ def offline(monkeypatch, tmp_path, settings_file):
     return SimpleNamespace(settings=settings, file=settings_file, seen=seen, files=files, out=tmp_path / "out.json")
 
 
+def point_files(offline, configuration) -> tuple[list[str], list[str]]:
+    """A head-to-head point's --checks (every contestant's passed check) and --cubins (the kernel builds')."""
+    checks, cubins = [], []
+    for name in offline.settings.contestants(configuration):
+        options, check = offline.files(name)
+        checks.append(str(check))
+        if options[0] == "--cubin":
+            cubins.append(options[1])
+    return checks, cubins
+
+
 RUNS = ["v25", "v25.causal", "v25.d64_bf16", "v25.gqa_causal_bf16", "sdpa_cudnn.d256", "flash_attn_cute.gqa", "v11"]
 
 
@@ -119,12 +130,7 @@ def test_a_head_to_head_point_runs_to_its_rounds_with_each_contestant_in_its_con
     settings = offline.settings
     c = settings.configuration(configuration)
     contestants = settings.contestants(c)
-    checks, cubins = [], []
-    for name in contestants:
-        options, check = offline.files(name)
-        checks.append(str(check))
-        if options[0] == "--cubin":
-            cubins.append(options[1])
+    checks, cubins = point_files(offline, c)
     measured = []
 
     def fake_measure(impls, shape, asked, seed, sampler, energy, progress=print):
@@ -159,11 +165,7 @@ def test_a_timing_reads_its_provenance_once_it_has_let_the_gpu_go(offline, monke
     steps.clear()
     monkeypatch.setattr(headtohead, "measure", lambda impls, shape, *args, **kwargs: steps.append(("timed",)) or {
         **shape.as_dict(), "order": [], "contestants": {}, "excluded": {}})
-    checks, cubins = [], []
-    for name in offline.settings.contestants(offline.settings.configurations[0]):
-        options, check = offline.files(name)
-        checks.append(str(check))
-        cubins += options[1:2] if options[0] == "--cubin" else []
+    checks, cubins = point_files(offline, offline.settings.configurations[0])
     assert main(["head-to-head", "--settings", offline.file, "--S", "4096", "--checks", *checks, "--cubins", *cubins,
                  "--out", str(offline.out)]) == 0
     assert [s[0] for s in steps] == ["hold", "timed", "release", "provenance"]

@@ -443,9 +443,10 @@ def cmd_head_to_head(a) -> None:
             record = measure(impls, shape, settings.head_to_head_in(configuration), secrets.randbits(32), sampler,
                              EnergyCounter.open(bus_id), progress=_progress) if impls else None
     record = record or {**shape.as_dict(), "order": [], "contestants": {}, "excluded": {}}
+    # provenance read once the GPU is let go, as in _timed
     _write_record(a, {**record, "is_case": shape == settings.in_configuration(configuration).case,
                       "configuration": configuration.name,
-                      "excluded": {**excluded, **record["excluded"]}, "provenance": gpu.provenance()})  # read once let go, as _timed
+                      "excluded": {**excluded, **record["excluded"]}, "provenance": gpu.provenance()})
     print(f"head-to-head at {shape}, {configuration.name}: {len(impls)} contestants"
           + (f", {len(excluded)} left out" if excluded else ""))
 
