@@ -211,10 +211,10 @@ def bad_invocations(tmp_path, settings_file):
         "a head-to-head in a configuration the settings lack": (h2h + ["--configuration", "sliding", *out],
                                                                 "--configuration 'sliding': not a configuration of "
                                                                 "the settings \\(dense, causal, bf16, gqa, d64, d256, gqa_causal, "
-                                                                "d64_causal, d256_causal, gqa_d64_causal, gqa_d256_causal, "
+                                                                "d64_causal, d256_causal, gqa_d64, gqa_d256, gqa_d64_causal, gqa_d256_causal, "
                                                                 "causal_bf16, gqa_bf16, d64_bf16, d256_bf16, gqa_causal_bf16, "
-                                                                "d64_causal_bf16, d256_causal_bf16, gqa_d64_causal_bf16, "
-                                                                "gqa_d256_causal_bf16\\)"),
+                                                                "d64_causal_bf16, d256_causal_bf16, gqa_d64_bf16, gqa_d256_bf16, "
+                                                                "gqa_d64_causal_bf16, gqa_d256_causal_bf16\\)"),
         "a head-to-head check record that is not there": (["head-to-head", *s, "--S", "1024", "--checks", none, *out],
                                                           f"argument --checks: {none}: {unreadable}"),
         "a head-to-head cubin without its compile record": (h2h + ["--cubins", cubin, *out],

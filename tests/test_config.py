@@ -171,16 +171,18 @@ def test_snakemake_rejects_bad_config_before_any_job(tmp_path):
 def test_configurations_name_each_kernel_build_and_peer_run_the_first_keeping_its_names():
     settings = validate(CONFIG, root=ROOT)
     assert [c.name for c in settings.configurations] == ["dense", "causal", "bf16", "gqa", "d64", "d256", "gqa_causal",
-                                                         "d64_causal", "d256_causal", "gqa_d64_causal", "gqa_d256_causal",
+                                                         "d64_causal", "d256_causal", "gqa_d64", "gqa_d256", "gqa_d64_causal",
+                                                         "gqa_d256_causal",
                                                          "causal_bf16", "gqa_bf16", "d64_bf16", "d256_bf16",
-                                                         "gqa_causal_bf16", "d64_causal_bf16", "d256_causal_bf16",
-                                                         "gqa_d64_causal_bf16", "gqa_d256_causal_bf16"]
+                                                         "gqa_causal_bf16", "d64_causal_bf16", "d256_causal_bf16", "gqa_d64_bf16",
+                                                         "gqa_d256_bf16", "gqa_d64_causal_bf16", "gqa_d256_causal_bf16"]
     assert [(c.causal, c.D, c.dtype, c.kv_group) for c in settings.configurations] == [
         (False, 128, "fp16", 1), (True, 128, "fp16", 1), (False, 128, "bf16", 1), (False, 128, "fp16", 8),
         (False, 64, "fp16", 1), (False, 256, "fp16", 1), (True, 128, "fp16", 8), (True, 64, "fp16", 1),
-        (True, 256, "fp16", 1), (True, 64, "fp16", 8), (True, 256, "fp16", 8), (True, 128, "bf16", 1),
-        (False, 128, "bf16", 8), (False, 64, "bf16", 1), (False, 256, "bf16", 1), (True, 128, "bf16", 8),
-        (True, 64, "bf16", 1), (True, 256, "bf16", 1), (True, 64, "bf16", 8), (True, 256, "bf16", 8)]
+        (True, 256, "fp16", 1), (False, 64, "fp16", 8), (False, 256, "fp16", 8), (True, 64, "fp16", 8),
+        (True, 256, "fp16", 8), (True, 128, "bf16", 1), (False, 128, "bf16", 8), (False, 64, "bf16", 1),
+        (False, 256, "bf16", 1), (True, 128, "bf16", 8), (True, 64, "bf16", 1), (True, 256, "bf16", 1),
+        (False, 64, "bf16", 8), (False, 256, "bf16", 8), (True, 64, "bf16", 8), (True, 256, "bf16", 8)]
     builds = {run.name: run for run in settings.kernel_builds()}
     assert list(builds)[:2] == ["v11", "v12"] and "v25.causal" in builds and "v24.causal" not in builds
     assert builds["v25.causal"].of == "v25" and builds["v25.causal"].configuration.causal
@@ -192,23 +194,24 @@ def test_configurations_name_each_kernel_build_and_peer_run_the_first_keeping_it
     assert settings.defines("v25.gqa_d256_causal") == {"FLASH_CAUSAL": 1, "FLASH_GROUPED_KV": 1, "FLASH_HEAD_DIM": 256}
     assert settings.run("sdpa_cudnn.causal").of == "sdpa_cudnn" and settings.run("sdpa_cudnn").configuration.name == "dense"
     # a peer runs in every configuration unless it names them: the head-to-head's rivals in each (SDPA's
-    # automatic dispatch beside cuDNN under the mask alone); the bf16 twins, and under the mask grouped K/V
-    # heads, D=64 and D=256 race no one, their headline alone
+    # automatic dispatch beside cuDNN under the mask alone); the bf16 twins, grouped K/V heads at D=64 and 256,
+    # and under the mask grouped K/V heads, D=64 and D=256 race no one, their headline alone
     for configuration in settings.configurations[1:]:
         peers_there = [run.of for run in settings.peer_runs() if run.configuration == configuration]
-        unraced = configuration.name.endswith(("_bf16", "_causal"))
+        unraced = configuration.name not in ("causal", "bf16", "gqa", "d64", "d256")
         assert peers_there == ([] if unraced else ["sdpa_auto", "sdpa_cudnn", "flash_attn_cute"][configuration.name != "causal":])
         assert set(peers_there) == {settings.run(name).of for name in settings.rivals_in(configuration)}
         suffix = f".{configuration.name}"
         assert settings.contestants(configuration) == [f"v25{suffix}", *settings.rivals_in(configuration)]
     # and the runs in table order: each configuration's kernels, then its peers
-    assert [run.name for run in settings.runs()][-17:] == ["v25.d256", "sdpa_cudnn.d256", "flash_attn_cute.d256",
+    assert [run.name for run in settings.runs()][-21:] == ["v25.d256", "sdpa_cudnn.d256", "flash_attn_cute.d256",
                                                            "v25.gqa_causal", "v25.d64_causal", "v25.d256_causal",
-                                                           "v25.gqa_d64_causal", "v25.gqa_d256_causal",
-                                                           "v25.causal_bf16", "v25.gqa_bf16", "v25.d64_bf16",
-                                                           "v25.d256_bf16", "v25.gqa_causal_bf16", "v25.d64_causal_bf16",
-                                                           "v25.d256_causal_bf16", "v25.gqa_d64_causal_bf16",
-                                                           "v25.gqa_d256_causal_bf16"]
+                                                           "v25.gqa_d64", "v25.gqa_d256", "v25.gqa_d64_causal",
+                                                           "v25.gqa_d256_causal", "v25.causal_bf16", "v25.gqa_bf16",
+                                                           "v25.d64_bf16", "v25.d256_bf16", "v25.gqa_causal_bf16",
+                                                           "v25.d64_causal_bf16", "v25.d256_causal_bf16",
+                                                           "v25.gqa_d64_bf16", "v25.gqa_d256_bf16",
+                                                           "v25.gqa_d64_causal_bf16", "v25.gqa_d256_causal_bf16"]
     # the K/V heads of each configured H: 8 of 64 (the case), and one for the check's 3, 5, 8 and 16 (two)
     gqa = settings.configurations[3]
     assert [gqa.kv_heads(H) for H in (64, 16, 8, 5, 3)] == [8, 2, 1, 1, 1]
@@ -272,8 +275,9 @@ def test_without_configurations_every_kernel_runs_in_the_dense_one():
      "config key 'goal.next.configurations.bf16.cycles_of.configuration': 'bf16' is not another configuration"),
     (lambda c: c["goal"]["next"]["configurations"]["bf16"]["cycles_of"].update(configuration="fp8"),
      "'fp8' is not another configuration (defined under configurations: dense, causal, bf16, gqa, d64, d256, "
-     "gqa_causal, d64_causal, d256_causal, gqa_d64_causal, gqa_d256_causal, causal_bf16, gqa_bf16, d64_bf16, "
-     "d256_bf16, gqa_causal_bf16, d64_causal_bf16, d256_causal_bf16, gqa_d64_causal_bf16, gqa_d256_causal_bf16)"),
+     "gqa_causal, d64_causal, d256_causal, gqa_d64, gqa_d256, gqa_d64_causal, gqa_d256_causal, causal_bf16, gqa_bf16, "
+     "d64_bf16, d256_bf16, gqa_causal_bf16, d64_causal_bf16, d256_causal_bf16, gqa_d64_bf16, gqa_d256_bf16, "
+     "gqa_d64_causal_bf16, gqa_d256_causal_bf16)"),
     (lambda c: c["configurations"]["gqa"].update(kv_group=0), "configurations.gqa.kv_group"),
     (lambda c: c["configurations"]["bf16"].update(dtype="fp8"), "configurations.bf16.dtype"),
     (lambda c: c["check"]["shapes"].append({"B": 1, "H": 17, "S": 256, "D": 128}),
