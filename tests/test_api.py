@@ -1,11 +1,11 @@
 """flashbench.flash_attention: its refusals (no GPU, no torch: stand-in tensors), and on a GPU with torch,
 against SDPA in both layouts, with and without the mask, at ragged S; no input copied where the kernel
 reads it as it lies; captured in a CUDA graph."""
+import collections
 import os
 import shutil
 import subprocess
 import sys
-import types
 import warnings
 
 import pytest
@@ -14,12 +14,15 @@ import flashbench
 from flashbench import FlashbenchError, api
 
 
+Device = collections.namedtuple("Device", "type index")
+
+
 class Stand:
     """What flash_attention reads of a torch tensor: shape, dtype, device, strides, address."""
 
     def __init__(self, shape, dtype="torch.float16", device="cuda", strides=None, address=0x7F0000000000):
         self.shape, self.dtype = tuple(shape), dtype
-        self.device = types.SimpleNamespace(type=device, index=0 if device == "cuda" else None)
+        self.device = Device(device, 0 if device == "cuda" else None)
         contiguous = [1]
         for n in reversed(self.shape[1:]):
             contiguous.insert(0, contiguous[0] * n)
@@ -30,9 +33,6 @@ class Stand:
 
     def data_ptr(self):
         return self._address
-
-    def contiguous(self):
-        return Stand(self.shape, self.dtype, self.device.type, address=0xC0FFEE00)
 
 
 BSHD = (2, 1000, 3, 128)
@@ -54,13 +54,11 @@ def call(q, k=None, v=None, **kw):
     ((Stand((2, 0, 3, 128)),), {}, "an empty input, [B, H, S, D] = [2, 3, 0, 128]"),
     ((Stand(BSHD, dtype="torch.float32"),), {}, "float32 inputs; the line runs fp16 and bf16"),
     ((Stand(BSHD), Stand(BSHD, dtype="torch.bfloat16")), {}, "q, k and v have different element types (bfloat16, float16)"),
-    ((Stand((2, 1000, 8, 64), dtype="torch.bfloat16"), Stand((2, 1000, 2, 64), dtype="torch.bfloat16"),
-      Stand((2, 1000, 2, 64), dtype="torch.bfloat16")), {},
-     "mask none, D=64, bf16, grouped K/V heads is not a configuration the line runs; it runs dense (mask none, "
+    ((Stand((2, 1000, 8, 96), dtype="torch.bfloat16"), Stand((2, 1000, 2, 96), dtype="torch.bfloat16"),
+      Stand((2, 1000, 2, 96), dtype="torch.bfloat16")), {"causal": True},
+     "mask causal, D=96, bf16, grouped K/V heads is not a configuration the line runs; it runs dense (mask none, "
      "D=128, fp16), causal (mask causal, D=128, fp16), bf16 (mask none, D=128, bf16), gqa (mask none, D=128, fp16, "
      "grouped K/V heads)"),
-    ((Stand((2, 1000, 8, 256)), Stand((2, 1000, 2, 256)), Stand((2, 1000, 2, 256))), {},
-     "mask none, D=256, fp16, grouped K/V heads is not a configuration the line runs"),
     ((Stand((2, 1000, 3, 96)),), {}, "mask none, D=96, fp16 is not a configuration the line runs"),
     ((Stand(BSHD, device="cpu"),), {}, "the inputs are on the cpu; it runs on a CUDA GPU"),
     ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices"),
@@ -106,32 +104,42 @@ def test_each_configuration_asks_for_its_best_build(settings):
     for causal, D, grouped, name in ((True, 128, False, "causal_bf16"), (False, 128, True, "gqa_bf16"),
                                      (False, 64, False, "d64_bf16"), (False, 256, False, "d256_bf16"),
                                      (True, 128, True, "gqa_causal_bf16"), (True, 64, False, "d64_causal_bf16"),
-                                     (True, 256, False, "d256_causal_bf16"), (True, 64, True, "gqa_d64_causal_bf16"),
+                                     (True, 256, False, "d256_causal_bf16"), (False, 64, True, "gqa_d64_bf16"),
+                                     (False, 256, True, "gqa_d256_bf16"), (True, 64, True, "gqa_d64_causal_bf16"),
                                      (True, 256, True, "gqa_d256_causal_bf16")):
         configuration, build = api.configuration_for(settings, causal, D, "bf16", grouped=grouped)
         assert configuration.name == name and configuration.dtype == "bf16" and build == f"v25.{name}"
-    # D=64 and D=256 under the mask, on full heads and on grouped K/V heads (decoders with GQA at those D)
+    # D=64 and D=256 under the mask, on full heads, and on grouped K/V heads with and without it (models with
+    # GQA at those D)
     for D in (64, 256):
         causal_at_d, build = api.configuration_for(settings, True, D, "fp16")
         assert causal_at_d.causal and causal_at_d.D == D and build == f"v25.d{D}_causal"
-        grouped_at_d, build = api.configuration_for(settings, True, D, "fp16", grouped=True)
-        assert grouped_at_d.kv_group > 1 and grouped_at_d.D == D and build == f"v25.gqa_d{D}_causal"
+        for causal, suffix in ((False, ""), (True, "_causal")):
+            grouped_at_d, build = api.configuration_for(settings, causal, D, "fp16", grouped=True)
+            assert grouped_at_d.kv_group > 1 and grouped_at_d.D == D and build == f"v25.gqa_d{D}{suffix}"
     # grouped K/V heads under the mask: a decoder's attention with GQA
     grouped_causal, build = api.configuration_for(settings, True, 128, "fp16", grouped=True)
     assert grouped_causal.causal and grouped_causal.kv_group > 1 and build == "v25.gqa_causal"
 
 
-def test_an_input_is_read_as_it_lies_where_tma_can_and_copied_where_it_cannot():
+def test_an_input_is_read_as_its_strides_lie_where_tma_can():
     bshd = Stand(BSHD)  # FlashAttention's layout, contiguous: a row of S is H*D apart, a head D
-    assert api._bhs_strides(bshd, "bshd") == (1000 * 3 * 128, 128, 3 * 128) and api._readable(bshd, "bshd") is bshd
+    assert api._bhs_strides(bshd, "bshd") == (1000 * 3 * 128, 128, 3 * 128) and api._strides_readable(bshd, "bshd")
     bhsd = Stand((2, 3, 1000, 128))
-    assert api._bhs_strides(bhsd, "bhsd") == (3 * 1000 * 128, 1000 * 128, 128) and api._readable(bhsd, "bhsd") is bhsd
+    assert api._bhs_strides(bhsd, "bhsd") == (3 * 1000 * 128, 1000 * 128, 128) and api._strides_readable(bhsd, "bhsd")
     one_head = Stand((1, 1000, 1, 128), strides=(5, 128, 1, 1))  # a dimension of one may have any stride
-    assert api._bhs_strides(one_head, "bshd") == (1000 * 128, 128, 128) and api._readable(one_head, "bshd") is one_head
-    for copied in (Stand(BSHD, strides=(384000, 384, 1, 3)),  # D not contiguous
-                   Stand(BSHD, strides=(384000, 388, 128, 1)),  # rows 776 bytes apart
-                   Stand(BSHD, address=0x7F0000000008)):  # not on a 16-byte boundary
-        assert api._readable(copied, "bshd").data_ptr() == 0xC0FFEE00
+    assert api._bhs_strides(one_head, "bshd") == (1000 * 128, 128, 128) and api._strides_readable(one_head, "bshd")
+    packed = Stand(BSHD, strides=(1000 * 9 * 128, 9 * 128, 128, 1))  # q of a packed [B, S, 3, H, D] qkv
+    assert api._strides_readable(packed, "bshd")
+    assert not api._strides_readable(Stand(BSHD, strides=(384000, 384, 1, 3)), "bshd")  # D not contiguous
+    assert not api._strides_readable(Stand(BSHD, strides=(384000, 388, 128, 1)), "bshd")  # rows 776 bytes apart
+
+
+def test_a_refused_call_leaves_nothing_resolved_behind():
+    before = dict(api._calls)
+    with pytest.raises(FlashbenchError):
+        call(Stand((2, 1000, 3, 96)))
+    assert api._calls == before
 
 
 # ---- on the GPU, with torch ----------------------------------------------------------------------------
@@ -193,12 +201,13 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("kv_heads, D, causal", [(6, 128, True), (2, 128, False), (1, 128, False), (2, 128, True),
                                                  (1, 128, True), (6, 64, False), (6, 64, True), (6, 256, False),
-                                                 (6, 256, True), (2, 64, True), (2, 256, True)])
+                                                 (6, 256, True), (2, 64, False), (2, 256, False), (2, 64, True),
+                                                 (2, 256, True)])
 def test_bf16_grouped_kv_heads_and_other_head_dims_agree_with_sdpa(layout, S, dtype, kv_heads, D, causal, tmp_path,
                                                                      monkeypatch):
     """In fp16 and in bf16 (every configuration has its bf16 twin): under the mask, on grouped K/V heads (3
     query heads a K/V head, GQA, and all 6 on one, MQA) with and without it, at D=64 and at D=256, with and
-    without the mask, and there on grouped K/V heads under it."""
+    without the mask, on full heads and on grouped K/V heads."""
     torch = _torch()
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
     B, H = 2, 6
@@ -229,6 +238,30 @@ def test_no_input_is_copied_in_either_layout_and_the_output_is_the_one_allocatio
 
 
 @pytest.mark.gpu
+def test_a_call_is_resolved_once_a_signature_and_a_view_off_16_bytes_is_copied(tmp_path, monkeypatch):
+    """The checks, the build and the strides once for each layout, mask, scale and inputs' element types,
+    devices, shapes and strides; a view that starts off a 16-byte boundary (which TMA cannot read) copied at
+    its call, whatever its signature resolved to."""
+    torch = _torch()
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
+    monkeypatch.setattr(api, "_calls", {})
+    resolved, resolve = [], api._resolved
+    monkeypatch.setattr(api, "_resolved", lambda *call: resolved.append(call[3:]) or resolve(*call))
+    q, k, v = (torch.randn((1, 1000, 4, 128), device="cuda", dtype=torch.float16) for _ in range(3))
+    first = flashbench.flash_attention(q, k, v)
+    assert torch.equal(flashbench.flash_attention(q.clone(), k.clone(), v.clone()), first) and len(resolved) == 1
+    flashbench.flash_attention(q, k, v, causal=True)
+    flashbench.flash_attention(q, k, v, softmax_scale=0.1)
+    flashbench.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="bhsd")
+    assert resolved == [(False, "bshd", None), (True, "bshd", None), (False, "bshd", 0.1), (False, "bhsd", None)]
+    flat = torch.empty(q.numel() + 4, dtype=q.dtype, device="cuda")
+    off = flat[4:].view(q.shape)  # 8 bytes past the allocation's start, q's strides
+    off.copy_(q)
+    assert off.data_ptr() % 16 == 8 and off.stride() == q.stride()
+    assert torch.equal(flashbench.flash_attention(off, k, v), first) and len(resolved) == 4
+
+
+@pytest.mark.gpu
 def test_a_call_captured_in_a_cuda_graph_replays_on_new_inputs(tmp_path, monkeypatch):
     torch = _torch()
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
@@ -255,18 +288,18 @@ def test_a_call_captured_in_a_cuda_graph_replays_on_new_inputs(tmp_path, monkeyp
                 flashbench.flash_attention(q[:, :999], k[:, :999], v[:, :999])
 
 
-# Calls in both layouts, with and without the mask, in bf16, on one K/V head for three query heads, at D=64 and
-# 256 (under the mask too), at three ragged S (150 and 16: the entry for a last key tile of 1 to 32 keys; 1000: the
-# other, in key tiles of 128 and of 64) and an odd B*H: what
-# compute-sanitizer runs. FlashAttention's layout
-# reads each head's rows H*D apart, which the pipeline's contiguous inputs never do.
+# Calls in both layouts, with and without the mask, in bf16, on one K/V head for three query heads (at D=64 and
+# 256 too), at D=64 and 256 (under the mask too), at three ragged S (150 and 16: the entry for a last key tile of
+# 1 to 32 keys; 1000: the other, in key tiles of 128 and of 64) and an odd B*H: what compute-sanitizer runs.
+# FlashAttention's layout reads each head's rows H*D apart, which the pipeline's contiguous inputs never do.
 CALLS = """
 import sys, torch, flashbench
 for layout in ("bshd", "bhsd"):
     for causal, dtype, kv_heads, D in ((False, torch.float16, 3, 128), (True, torch.float16, 3, 128),
                                        (False, torch.bfloat16, 3, 128), (False, torch.float16, 1, 128),
                                        (False, torch.float16, 3, 64), (False, torch.float16, 3, 256),
-                                       (True, torch.float16, 3, 256)):
+                                       (True, torch.float16, 3, 256), (False, torch.float16, 1, 64),
+                                       (False, torch.float16, 1, 256)):
         for S in (150, 1000, 16):
             shape = lambda heads: (1, S, heads, D) if layout == "bshd" else (1, heads, S, D)
             q = torch.randn(shape(3), device="cuda", dtype=dtype)

@@ -130,6 +130,23 @@ def test_parameter_blocks_are_cached_per_arrays_and_shape(monkeypatch):
     assert kernel.params(0x10000, 0x20000, 0x30000, 0x40000, 2048, 64, 0.1275) is not first and len(calls) == 6
 
 
+def test_the_least_recently_used_parameter_block_is_let_go_first(monkeypatch):
+    """A model's layers call at addresses of their own, in turn: as many as PARAMS_KEPT stay encoded."""
+    calls = []
+    monkeypatch.setattr(tensormap, "encode_tiled_2d", _fake_encoder(calls))
+    kernel = _Stub(CONTRACT)
+    layer = lambda i: (0x100000 * (i + 1), 0x100000 * (i + 1) + 0x40000, 0x100000 * (i + 1) + 0x80000,  # noqa: E731
+                       0x100000 * (i + 1) + 0xC0000, 1024, 64, 0.1275)
+    first = [kernel.params(*layer(i)) for i in range(launch.PARAMS_KEPT)]
+    assert [kernel.params(*layer(i)) for i in range(launch.PARAMS_KEPT)] == first  # a second pass encodes nothing
+    assert len(calls) == 3 * launch.PARAMS_KEPT
+    kernel.params(*layer(0))  # layer 0 the most recently used: one more layer lets layer 1 go, not it
+    kernel.params(*layer(launch.PARAMS_KEPT))
+    assert kernel.params(*layer(0)) is first[0] and len(calls) == 3 * (launch.PARAMS_KEPT + 1)
+    assert kernel.params(*layer(1)) is not first[1] and len(calls) == 3 * (launch.PARAMS_KEPT + 2)
+    assert len(kernel._params) == launch.PARAMS_KEPT
+
+
 def test_supports_refuses_more_heads_than_grid_y_allows():
     kernel = _Stub(CONTRACT)
     assert kernel.supports(Shape(1, 64, 1024, 128)) is None

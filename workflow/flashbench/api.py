@@ -4,20 +4,24 @@
 
 The kernel is config.yaml's best headline version that runs in the configuration the call asks for
 (the mask, D, the element type, and whether K and V have fewer heads than Q): V25 today, any S, fp16 or
-bf16, at D=128 with or without the causal mask, on full or grouped K/V heads (GQA, MQA: any H_kv that
-divides H, as the build of the configuration with a kv_group takes the group at launch), at D=64 and D=256
-with or without the mask on full heads, and under it on grouped K/V heads too. Both come from the flashbench checkout (an editable
-install's, or the one FLASHBENCH_ROOT names). It is compiled with nvcc on its first call in a process
-(into FLASHBENCH_CACHE, ~/.cache/flashbench unless set, and reused from there while its source, headers,
-flags and nvcc stay the same), and launched on torch's current stream, so that it can be captured in a
-CUDA graph.
+bf16, at D=64, 128 and 256, with or without the causal mask, on full or grouped K/V heads (GQA, MQA: any
+H_kv that divides H, as the build of a configuration with a kv_group takes the group at launch). Both
+come from the flashbench checkout (an editable install's, or the one FLASHBENCH_ROOT names). It is
+compiled with nvcc on its first call in a process (into FLASHBENCH_CACHE, ~/.cache/flashbench unless set,
+and reused from there while its source, headers, flags and nvcc stay the same), and launched on torch's
+current stream, so that it can be captured in a CUDA graph.
 
-Inputs are read where they lie: the kernel's TMA reads any [B, H, S, D] view whose D is contiguous and
-whose other strides are multiples of 16 bytes, FlashAttention's [B, S, H, D] (`layout="bshd"`, the
-default) and SDPA's [B, H, S, D] (`layout="bhsd"`) among them; an input laid out otherwise is copied
-first. The output is a new [B, H, S, D] buffer, returned as the layout asked (for "bshd" a transposed
-view of it). What the line does not run yet (another D, a mask and element type no configuration
-pairs, a GPU other than sm_90) is refused with one line that says so.
+A call's checks, its kernel and the strides it reads each input at are worked out once for its signature
+(layout, mask, scale, and each input's element type, device, shape and strides) and kept for the
+process's life; a later call of that signature allocates the output and launches. The kernel keeps the
+TMA tensor maps of the addresses it was called at last (launch.PARAMS_KEPT sets of them).
+
+Inputs are read where they lie: the kernel's TMA reads any [B, H, S, D] view whose D is contiguous,
+whose other strides are multiples of 16 bytes and which starts on a 16-byte boundary, FlashAttention's
+[B, S, H, D] (`layout="bshd"`, the default) and SDPA's [B, H, S, D] (`layout="bhsd"`) among them; an
+input laid out otherwise is copied first. The output is a new [B, H, S, D] buffer, returned as the layout
+asked (for "bshd" a transposed view of it). What the line does not run (another D or element type, a GPU
+other than sm_90) is refused with one line that says so.
 
 Before a CUDA graph captures a call, make one call at that shape outside the capture: it builds the
 kernel and the work list the persistent grid walks (kept for the life of the process, as a graph
@@ -42,28 +46,78 @@ def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax
     `layout` ("bshd": [B, S, H, D], "bhsd": [B, H, S, D]) on one CUDA device, k and v of H or fewer heads
     (each read by H / H_kv consecutive query heads, as SDPA's enable_gqa); returns the output in the same
     layout. softmax_scale: 1/sqrt(D) unless given."""
+    try:
+        signature = (layout, bool(causal), softmax_scale, q.dtype, q.device, q.shape, q.stride(), k.dtype, k.device,
+                     k.shape, k.stride(), v.dtype, v.device, v.shape, v.stride())
+        call = _calls.get(signature)
+    except (AttributeError, TypeError):  # not torch tensors, or a scale that is no number: _resolved says which
+        signature = call = None
+    if call is None:
+        call = _resolved(q, k, v, causal, layout, softmax_scale)
+        if signature is not None:
+            _calls[signature] = call
+    return call(q, k, v)
+
+
+class _Call:
+    """What a call's signature (layout, mask, scale, and each input's element type, device, shape and strides)
+    resolves to once: the kernel, its logical grid and the strides it reads each input at. Calling it with
+    inputs of that signature allocates the output and launches the kernel on torch's current stream."""
+
+    def __init__(self, kernel, device: int, layout: str, shape: tuple[int, int, int, int], kv_heads: int,
+                 softmax_scale: float | None, inputs: tuple):
+        B, H, S, D = shape
+        self.kernel, self.device, self.layout, self.shape = kernel, device, layout, shape
+        self.kv_group, self.row_tiles, self.heads = H // kv_heads, kernel.row_tiles(S), B * H
+        self.scale = softmax_scale
+        # an input whose strides TMA cannot read is copied at each call, and read as the copy lies
+        self.copied = tuple(not _strides_readable(x, layout) for x in inputs)
+        self.strides = {name: _bhs_strides(x, layout) for name, x, copied in zip("qkv", inputs, self.copied)
+                        if not copied}
+
+    def __call__(self, q, k, v):
+        import torch
+
+        strides, inputs = self.strides, []
+        for name, x, copied in zip("qkv", (q, k, v), self.copied):
+            if copied or x.data_ptr() % 16:  # TMA reads from a 16-byte boundary: a view off one is copied too
+                x = x.clone(memory_format=torch.contiguous_format)
+                strides = {**strides, name: _bhs_strides(x, self.layout)}
+            inputs.append(x)
+        q, k, v = inputs
+        B, H, S, D = self.shape
+        o = torch.empty(self.shape, dtype=q.dtype, device=q.device)
+        kernel = self.kernel
+        with kernel.cp.cuda.Device(self.device):
+            if torch.cuda.is_current_stream_capturing() and not kernel.work_list_made(self.row_tiles, self.heads, H, S,
+                                                                                      self.kv_group):
+                raise FlashbenchError(f"flash_attention: first called at B={B} H={H} S={S} inside a CUDA graph "
+                                      "capture; call it once at that shape before capturing (it makes the kernel's "
+                                      "work list)")
+            kernel.launch(self.row_tiles, self.heads, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), S,
+                          self.scale, H, strides=strides, stream=torch.cuda.current_stream(self.device).cuda_stream,
+                          kv_group=self.kv_group)
+        return o.transpose(1, 2) if self.layout == "bshd" else o
+
+
+_calls: dict = {}  # a call's signature -> _Call, for the process's life (as the kernels and their work lists)
+
+
+def _resolved(q, k, v, causal: bool, layout: str, softmax_scale) -> _Call:
+    """The _Call of a call's inputs, after every check of what the line takes (each refusal one line)."""
     B, H, S, D, kv_heads = _shape(q, k, v, layout)
     device = _device(q, k, v)
     _, build = configuration_for(_settings(), causal, D, _dtype(q, k, v), grouped=kv_heads != H)
-    import torch
-
     from .config import Shape
 
     kernel = _kernel(build, device)
     if reason := kernel.supports(Shape(B, H, S, D)):
         raise FlashbenchError(f"flash_attention: {reason}")
-    q, k, v = (_readable(x, layout) for x in (q, k, v))
-    o = torch.empty((B, H, S, D), dtype=q.dtype, device=q.device)
-    row_tiles, kv_group = kernel.row_tiles(S), H // kv_heads
-    with kernel.cp.cuda.Device(device):
-        if torch.cuda.is_current_stream_capturing() and not kernel.work_list_made(row_tiles, B * H, H, S, kv_group):
-            raise FlashbenchError(f"flash_attention: first called at B={B} H={H} S={S} inside a CUDA graph capture; "
-                                  "call it once at that shape before capturing (it makes the kernel's work list)")
-        kernel.launch(row_tiles, B * H, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), S,
-                      None if softmax_scale is None else float(softmax_scale), H,
-                      strides={name: _bhs_strides(x, layout) for name, x in (("q", q), ("k", k), ("v", v))},
-                      stream=torch.cuda.current_stream(device).cuda_stream, kv_group=kv_group)
-    return o.transpose(1, 2) if layout == "bshd" else o
+    try:
+        scale = None if softmax_scale is None else float(softmax_scale)
+    except (TypeError, ValueError):
+        raise FlashbenchError(f"flash_attention: softmax_scale is {softmax_scale!r}, not a number") from None
+    return _Call(kernel, device, layout, (B, H, S, D), kv_heads, scale, (q, k, v))
 
 
 # ---- what a call may be given (no torch needed: the refusals are tested without a GPU) ---------------
@@ -199,8 +253,7 @@ def _bhs_strides(x, layout: str) -> tuple[int, int, int]:
     return (strides[0], strides[1], strides[2]) if layout == "bhsd" else (strides[0], strides[2], strides[1])
 
 
-def _readable(x, layout: str):
-    """`x` itself where TMA reads it as it lies (D contiguous, 16-byte aligned, every other stride a
-    multiple of 16 bytes), else a contiguous copy."""
-    aligned = x.stride(3) == 1 and x.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in _bhs_strides(x, layout))
-    return x if aligned else x.contiguous()
+def _strides_readable(x, layout: str) -> bool:
+    """Whether TMA reads `x` as its strides lay it out: D contiguous, every other stride a multiple of 16 bytes
+    (where it starts, a 16-byte boundary, is each call's to check)."""
+    return x.stride(3) == 1 and all(s % 8 == 0 for s in _bhs_strides(x, layout))
