@@ -60,6 +60,8 @@ def call(q, k=None, v=None, **kw):
      "D=128, fp16), causal (mask causal, D=128, fp16), bf16 (mask none, D=128, bf16), gqa (mask none, D=128, fp16, "
      "grouped K/V heads)"),
     ((Stand((2, 1000, 3, 96)),), {}, "mask none, D=96, fp16 is not a configuration the line runs"),
+    ((Stand(BSHD),), {"softmax_scale": "1/sqrt(D)"}, "softmax_scale is '1/sqrt(D)', not a number"),
+    ((Stand(BSHD),), {"softmax_scale": [0.1]}, "softmax_scale is [0.1], not a number"),
     ((Stand(BSHD, device="cpu"),), {}, "the inputs are on the cpu; it runs on a CUDA GPU"),
     ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices"),
 ])

@@ -107,16 +107,16 @@ def _resolved(q, k, v, causal: bool, layout: str, softmax_scale) -> _Call:
     """The _Call of a call's inputs, after every check of what the line takes (each refusal one line)."""
     B, H, S, D, kv_heads = _shape(q, k, v, layout)
     device = _device(q, k, v)
+    try:
+        scale = None if softmax_scale is None else float(softmax_scale)
+    except (TypeError, ValueError):
+        raise FlashbenchError(f"flash_attention: softmax_scale is {softmax_scale!r}, not a number") from None
     _, build = configuration_for(_settings(), causal, D, _dtype(q, k, v), grouped=kv_heads != H)
     from .config import Shape
 
     kernel = _kernel(build, device)
     if reason := kernel.supports(Shape(B, H, S, D)):
         raise FlashbenchError(f"flash_attention: {reason}")
-    try:
-        scale = None if softmax_scale is None else float(softmax_scale)
-    except (TypeError, ValueError):
-        raise FlashbenchError(f"flash_attention: softmax_scale is {softmax_scale!r}, not a number") from None
     return _Call(kernel, device, layout, (B, H, S, D), kv_heads, scale, (q, k, v))
 
 
