@@ -62,6 +62,8 @@ def call(q, k=None, v=None, **kw):
     ((Stand((2, 1000, 3, 96)),), {}, "mask none, D=96, fp16 is not a configuration the line runs"),
     ((Stand(BSHD),), {"softmax_scale": "1/sqrt(D)"}, "softmax_scale is '1/sqrt(D)', not a number"),
     ((Stand(BSHD),), {"softmax_scale": [0.1]}, "softmax_scale is [0.1], not a number"),
+    ((Stand(BSHD),), {"softmax_scale": "0.1"}, "softmax_scale is '0.1', not a number"),
+    ((Stand(BSHD),), {"softmax_scale": float("nan")}, "softmax_scale is nan, not a finite number"),
     ((Stand(BSHD, device="cpu"),), {}, "the inputs are on the cpu; it runs on a CUDA GPU"),
     ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices"),
 ])
@@ -241,9 +243,9 @@ def test_no_input_is_copied_in_either_layout_and_the_output_is_the_one_allocatio
 
 @pytest.mark.gpu
 def test_a_call_is_resolved_once_a_signature_and_a_view_off_16_bytes_is_copied(tmp_path, monkeypatch):
-    """The checks, the build and the strides once for each layout, mask, scale and inputs' element types,
-    devices, shapes and strides; a view that starts off a 16-byte boundary (which TMA cannot read) copied at
-    its call, whatever its signature resolved to."""
+    """The checks, the build and the strides once for each layout, mask, scale (a 0-d tensor's value at the
+    call) and inputs' element types, devices, shapes and strides; a view that starts off a 16-byte boundary
+    (which TMA cannot read) copied at its call, whatever its signature resolved to."""
     torch = _torch()
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
     monkeypatch.setattr(api, "_calls", {})
@@ -256,11 +258,20 @@ def test_a_call_is_resolved_once_a_signature_and_a_view_off_16_bytes_is_copied(t
     flashbench.flash_attention(q, k, v, softmax_scale=0.1)
     flashbench.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="bhsd")
     assert resolved == [(False, "bshd", None), (True, "bshd", None), (False, "bshd", 0.1), (False, "bhsd", None)]
+    packed = torch.randn((1, 1000, 3, 4, 128), device="cuda", dtype=torch.float16)  # q, k, v of one [B, S, 3, H, D]
+    out = flashbench.flash_attention(*packed.unbind(2))  # q's shape, other strides: resolved again, read as they lie
+    assert len(resolved) == 5
+    _agrees(torch, out, *packed.unbind(2), False, "bshd")
+    scale = torch.tensor(0.1, dtype=torch.float64)  # a 0-d tensor: its value read at each call
+    at_scale = flashbench.flash_attention(q, k, v, softmax_scale=scale)
+    assert torch.equal(at_scale, flashbench.flash_attention(q, k, v, softmax_scale=0.1)) and len(resolved) == 5
+    scale.fill_(0.2)
+    assert not torch.equal(flashbench.flash_attention(q, k, v, softmax_scale=scale), at_scale) and len(resolved) == 6
     flat = torch.empty(q.numel() + 4, dtype=q.dtype, device="cuda")
     off = flat[4:].view(q.shape)  # 8 bytes past the allocation's start, q's strides
     off.copy_(q)
     assert off.data_ptr() % 16 == 8 and off.stride() == q.stride()
-    assert torch.equal(flashbench.flash_attention(off, k, v), first) and len(resolved) == 4
+    assert torch.equal(flashbench.flash_attention(off, k, v), first) and len(resolved) == 6
 
 
 @pytest.mark.gpu

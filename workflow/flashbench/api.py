@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 from pathlib import Path
 
@@ -46,14 +47,15 @@ def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax
     `layout` ("bshd": [B, S, H, D], "bhsd": [B, H, S, D]) on one CUDA device, k and v of H or fewer heads
     (each read by H / H_kv consecutive query heads, as SDPA's enable_gqa); returns the output in the same
     layout. softmax_scale: 1/sqrt(D) unless given."""
+    scale = _softmax_scale(softmax_scale)
     try:
-        signature = (layout, bool(causal), softmax_scale, q.dtype, q.device, q.shape, q.stride(), k.dtype, k.device,
-                     k.shape, k.stride(), v.dtype, v.device, v.shape, v.stride())
+        signature = (layout, bool(causal), scale, q.dtype, q.device, q.shape, q.stride(), k.dtype, k.device, k.shape,
+                     k.stride(), v.dtype, v.device, v.shape, v.stride())
         call = _calls.get(signature)
-    except (AttributeError, TypeError):  # not torch tensors, or a scale that is no number: _resolved says which
+    except (AttributeError, TypeError):  # not torch tensors, or a layout of no hash: _resolved says which
         signature = call = None
     if call is None:
-        call = _resolved(q, k, v, causal, layout, softmax_scale)
+        call = _resolved(q, k, v, causal, layout, scale)
         if signature is not None:
             _calls[signature] = call
     return call(q, k, v)
@@ -65,11 +67,11 @@ class _Call:
     inputs of that signature allocates the output and launches the kernel on torch's current stream."""
 
     def __init__(self, kernel, device: int, layout: str, shape: tuple[int, int, int, int], kv_heads: int,
-                 softmax_scale: float | None, inputs: tuple):
+                 scale: float | None, inputs: tuple):
         B, H, S, D = shape
         self.kernel, self.device, self.layout, self.shape = kernel, device, layout, shape
         self.kv_group, self.row_tiles, self.heads = H // kv_heads, kernel.row_tiles(S), B * H
-        self.scale = softmax_scale
+        self.scale = scale
         # an input whose strides TMA cannot read is copied at each call, and read as the copy lies
         self.copied = tuple(not _strides_readable(x, layout) for x in inputs)
         self.strides = {name: _bhs_strides(x, layout) for name, x, copied in zip("qkv", inputs, self.copied)
@@ -103,14 +105,10 @@ class _Call:
 _calls: dict = {}  # a call's signature -> _Call, for the process's life (as the kernels and their work lists)
 
 
-def _resolved(q, k, v, causal: bool, layout: str, softmax_scale) -> _Call:
+def _resolved(q, k, v, causal: bool, layout: str, scale: float | None) -> _Call:
     """The _Call of a call's inputs, after every check of what the line takes (each refusal one line)."""
     B, H, S, D, kv_heads = _shape(q, k, v, layout)
     device = _device(q, k, v)
-    try:
-        scale = None if softmax_scale is None else float(softmax_scale)
-    except (TypeError, ValueError):
-        raise FlashbenchError(f"flash_attention: softmax_scale is {softmax_scale!r}, not a number") from None
     _, build = configuration_for(_settings(), causal, D, _dtype(q, k, v), grouped=kv_heads != H)
     from .config import Shape
 
@@ -121,6 +119,22 @@ def _resolved(q, k, v, causal: bool, layout: str, softmax_scale) -> _Call:
 
 
 # ---- what a call may be given (no torch needed: the refusals are tested without a GPU) ---------------
+
+def _softmax_scale(value) -> float | None:
+    """The scale a call gives as a float (None: 1/sqrt(D)), read at each call, as a 0-d tensor may change;
+    refused where it is no finite number."""
+    if value is None:
+        return None
+    try:
+        scale = None if isinstance(value, (str, bytes)) else float(value)
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of more than one element
+        scale = None
+    if scale is None:
+        raise FlashbenchError(f"flash_attention: softmax_scale is {value!r}, not a number")
+    if not math.isfinite(scale):
+        raise FlashbenchError(f"flash_attention: softmax_scale is {scale}, not a finite number")
+    return scale
+
 
 def _shape(q, k, v, layout: str) -> tuple[int, int, int, int, int]:
     """B, H, S, D of q and H_kv, the heads of k and v, which must have q's shape but for H_kv dividing H."""

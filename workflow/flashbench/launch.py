@@ -22,6 +22,7 @@ given other than 1)."""
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from .config import Configuration, Shape
 MAX_GRID_Y = 65535  # gridDim.y limit: the grid's y is B*H
 MAX_GROUPED_HEADS = 2**16  # V25's grouped build finds a K/V head by a multiply by ceil(2^32 / group), exact to this
 PARAMS_KEPT = 256  # parameter blocks a kernel keeps (launch.params): a model's attention layers, each at its addresses
+_params_lock = threading.Lock()  # the blocks' order is one thread's to change at a time
 MAX_INT32 = 2**31 - 1  # a persistent kernel counts its work tiles and rows in int (at the sizes a GPU holds
                        # today the other kernels' int row offsets stay below it too)
 
@@ -214,24 +216,25 @@ class AttentionKernel:
                heads_per_batch: int | None = None, strides: dict | None = None, kv_group: int = 1):
         """The cuLaunchKernel parameter block of a kernel that takes tensor maps, cached per array
         addresses, shape, scale, strides and K/V group (PARAMS_KEPT of them, the least recently used let go
-        first): the timed loop, and a model's calls at the addresses its allocator gives each layer again,
-        reuse it instead of encoding the maps per call. `row_tiles` (row_tiles(S) unless given) is passed to a persistent kernel
-        only, `heads_per_batch` (`heads` unless given) to a kernel by head only, `kv_group` to a kernel
-        with grouped K/V heads only, and a work list to a kernel that takes one. `strides`: an array's
-        elements between consecutive b, h and s, by its name, where it is not C-contiguous (a kernel by
-        head only)."""
+        first; one thread at a time): the timed loop, and a model's calls at the addresses its allocator
+        gives each layer again, reuse it instead of encoding the maps per call. `row_tiles` (row_tiles(S)
+        unless given) is passed to a persistent kernel only, `heads_per_batch` (`heads` unless given) to a
+        kernel by head only, `kv_group` to a kernel with grouped K/V heads only, and a work list to a kernel
+        that takes one. `strides`: an array's elements between consecutive b, h and s, by its name, where
+        it is not C-contiguous (a kernel by head only)."""
         if row_tiles is None:
             row_tiles = self.row_tiles(seq_len)
         key = (*(_address(a) for a in (q, k, v, o)), seq_len, heads, scale_log2, row_tiles, heads_per_batch or heads)
         cache_key = (*key, kv_group, *sorted((strides or {}).items()))
-        params = self._params.pop(cache_key, None)
-        if params is None:
-            params = _tensor_map_params(self.contract, *key, strides=strides, kv_group=kv_group,
-                                        work_list=self._work_list(row_tiles, heads, heads_per_batch or heads, seq_len,
-                                                                  kv_group))
-            if len(self._params) >= PARAMS_KEPT:  # an old entry is only ever reused for equal arrays
-                del self._params[next(iter(self._params))]
-        self._params[cache_key] = params  # last in the dict's order: the most recently used
+        with _params_lock:
+            params = self._params.pop(cache_key, None)
+            if params is None:
+                params = _tensor_map_params(self.contract, *key, strides=strides, kv_group=kv_group,
+                                            work_list=self._work_list(row_tiles, heads, heads_per_batch or heads,
+                                                                      seq_len, kv_group))
+                if len(self._params) >= PARAMS_KEPT:  # an old entry is only ever reused for equal arrays
+                    del self._params[next(iter(self._params))]
+            self._params[cache_key] = params  # last in the dict's order: the most recently used
         return params
 
     def work_list_made(self, row_tiles: int, heads: int, heads_per_batch: int, seq_len: int, kv_group: int = 1
