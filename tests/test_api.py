@@ -2,6 +2,7 @@
 against SDPA in both layouts, with and without the mask, at ragged S; no input copied where the kernel
 reads it as it lies; captured in a CUDA graph."""
 import collections
+import hashlib
 import os
 import shutil
 import subprocess
@@ -141,9 +142,36 @@ def test_an_input_is_read_as_its_strides_lie_where_tma_can():
 
 def test_a_refused_call_leaves_nothing_resolved_behind():
     before = dict(api._calls)
-    with pytest.raises(FlashbenchError):
+    with pytest.raises(FlashbenchError, match="D=96, fp16 is not a configuration the line runs"):
         call(Stand((2, 1000, 3, 96)))
     assert api._calls == before
+
+
+
+def test_the_build_cache_holds_whole_cubins_only(tmp_path):
+    cubin = tmp_path / "sm_90a" / "v25-0123.cubin"
+    builds = []
+
+    def build(to, content=b"cubin"):
+        builds.append(to)
+        to.write_bytes(content)
+        return {"cubin_sha256": hashlib.sha256(content).hexdigest()}
+
+    record = api._cached_build(cubin, build)
+    assert cubin.read_bytes() == b"cubin" and builds[0].parent != cubin.parent  # built apart, then moved in
+    assert api._cached_build(cubin, build) == record and len(builds) == 1  # reused
+    cubin.write_bytes(b"cub")  # cut short: not the cubin its record names, so built again
+    assert api._cached_build(cubin, build) == record and len(builds) == 2 and cubin.read_bytes() == b"cubin"
+
+    def failing(to):
+        to.write_bytes(b"half")
+        raise FlashbenchError("nvcc failed")
+
+    cubin.write_bytes(b"")
+    with pytest.raises(FlashbenchError, match="nvcc failed"):
+        api._cached_build(cubin, failing)
+    assert cubin.read_bytes() == b"" and sorted(p.name for p in cubin.parent.iterdir()) == [cubin.name,
+                                                                                           "v25-0123.json"]
 
 
 # ---- on the GPU, with torch ----------------------------------------------------------------------------

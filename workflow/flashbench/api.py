@@ -33,13 +33,17 @@ import functools
 import hashlib
 import math
 import os
+import tempfile
+import threading
 from pathlib import Path
 
 from . import FlashbenchError
+from .files import read_json, sha256, write_json
 
 LAYOUTS = {"bshd": "FlashAttention's [B, S, H, D]", "bhsd": "SDPA's [B, H, S, D]"}
 ROOT = Path(os.environ.get("FLASHBENCH_ROOT") or Path(__file__).resolve().parents[2])  # config.yaml, kernels/
 _kernels: dict = {}  # (build, device index) -> AttentionKernel, for the process's life (and so its work lists)
+_kernels_lock = threading.Lock()
 
 
 def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax_scale: float | None = None):
@@ -224,16 +228,16 @@ def _settings():
 
 def _kernel(build: str, device: int):
     key = (build, device)
-    if key not in _kernels:
-        _kernels[key] = _load(_settings(), build, device)
-    return _kernels[key]
+    with _kernels_lock:  # two threads' first calls build and load a kernel once
+        if key not in _kernels:
+            _kernels[key] = _load(_settings(), build, device)
+        return _kernels[key]
 
 
 def _load(settings, build: str, device: int):
     import cupy as cp
 
     from .compile import compile_kernel, nvcc_version, runnable_build
-    from .files import read_json, sha256, write_json
     from .launch import AttentionKernel
 
     with cp.cuda.Device(device):
@@ -248,10 +252,26 @@ def _load(settings, build: str, device: int):
                   repr(settings.nvcc_flags), repr(sorted(defines.items()))]
         digest = hashlib.sha256("\n".join(inputs).encode()).hexdigest()[:16]
         cubin = _cache_dir() / arch / f"{build}-{digest}.cubin"
-        record_path = cubin.with_suffix(".json")
-        if not (cubin.is_file() and record_path.is_file()):
-            write_json(record_path, compile_kernel(build, source, arch, settings.nvcc_flags, defines, cubin))
-        return AttentionKernel(cubin, read_json(record_path))
+        return AttentionKernel(cubin, _cached_build(cubin, lambda to: compile_kernel(build, source, arch,
+                                                                                   settings.nvcc_flags, defines, to)))
+
+
+def _cached_build(cubin: Path, build) -> dict:
+    """The record of the cache's `cubin`, built first where it is missing or not the one its record names
+    (cut short, or damaged): `build(path)` compiles into a folder of its own, whose cubin replaces the
+    cache's whole and then its record, so that processes sharing the cache (a job's ranks) never read half a
+    cubin, and one stopped mid-build leaves the cache as it was."""
+    record_path = cubin.with_suffix(".json")
+    if cubin.is_file() and record_path.is_file():
+        record = read_json(record_path)
+        if record.get("cubin_sha256") == sha256(cubin):
+            return record
+    cubin.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cubin.parent, prefix=f".{cubin.stem}.") as folder:
+        record = build(Path(folder) / cubin.name)
+        os.replace(Path(folder) / cubin.name, cubin)
+    write_json(record_path, record)
+    return record
 
 
 def _cache_dir() -> Path:
