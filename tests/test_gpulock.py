@@ -95,15 +95,23 @@ def test_the_gpu_time_goes_to_the_stage_that_held_it_and_the_gaps_are_idle():
 
 def test_gpu_time_reads_a_journal_and_refuses_a_bad_line_or_time_in_one_line(tmp_path):
     journal = tmp_path / "flashbench-gpu-0000-19-00.0.journal"
-    journal.write_text('{"pid": 1, "what": "sweep v25", "exclusive": true, "acquired": 1e9, "released": 1000000010}\n')
+    good = '{"pid": 1, "what": "sweep v25", "exclusive": true, "acquired": 1e9, "released": 1000000010}\n'
+    journal.write_text(good)
     run = [sys.executable, "-m", "flashbench", "gpu-time"]
     out = subprocess.run([*run, str(journal)], capture_output=True, text=True)
     assert out.returncode == 0 and "sweep" in out.stdout and "10.0 s held, 1 holds" in out.stdout
     out = subprocess.run([*run, str(journal), "--since", "yesterday"], capture_output=True, text=True)
     assert out.returncode != 0 and "not an ISO 8601 time" in out.stderr and "Traceback" not in out.stderr
-    journal.write_text("not json\n")
+    for bad in ("not json", "[1]", '{"start": "x"}', '{"pid": 1, "what": "", "exclusive": true, "acquired": 1, "released": 2}',
+                '{"pid": 1, "what": "bench v1", "exclusive": true, "acquired": "1", "released": 2}',
+                '{"pid": 1, "what": "bench v1", "exclusive": 1, "acquired": 1, "released": 2}'):
+        journal.write_text(good + bad + "\n")
+        out = subprocess.run([*run, str(journal)], capture_output=True, text=True)
+        assert out.returncode != 0 and "line 2 is not a journal entry" in out.stderr, bad
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, bad
+    journal.write_bytes(b"\xff\xfe")
     out = subprocess.run([*run, str(journal)], capture_output=True, text=True)
-    assert out.returncode != 0 and "line 1 is not a journal entry" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode != 0 and "not text" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_a_check_holds_its_gpu_shared_a_timing_exclusively(tmp_path, monkeypatch, records_settings):

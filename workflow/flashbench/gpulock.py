@@ -135,11 +135,30 @@ def read_journal(bus_id: str) -> list[dict]:
 
 
 def parse_journal(path: Path | str) -> list[dict]:
-    """A journal's holds, a JSON object a line."""
+    """A journal's holds, a JSON object a line, each with what held the lock (a stage's name first), whether
+    exclusively, and when it was acquired and released (epoch seconds)."""
     try:
-        return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    except json.JSONDecodeError as e:
-        raise FlashbenchError(f"{path}: line {e.lineno} is not a journal entry (JSON): {e.msg}") from None
+        text = Path(path).read_text()
+    except OSError as e:
+        raise FlashbenchError(f"{path}: cannot be read ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise FlashbenchError(f"{path}: not text, so no journal (a JSON object a line)") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise FlashbenchError(f"{path}: line {number} is not a journal entry (JSON): {e.msg}") from None
+        if not (isinstance(entry, dict) and isinstance(entry.get("what"), str) and entry["what"].split()
+                and isinstance(entry.get("exclusive"), bool)
+                and all(isinstance(entry.get(t), (int, float)) and not isinstance(entry.get(t), bool)
+                        for t in ("acquired", "released"))):
+            raise FlashbenchError(f"{path}: line {number} is not a journal entry (an object with a non-empty 'what', "
+                                  "'exclusive' true or false, and 'acquired' and 'released' in seconds)")
+        entries.append(entry)
+    return entries
 
 
 def overlapping(entries: list[dict]) -> list[tuple[dict, dict]]:
