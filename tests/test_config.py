@@ -159,6 +159,18 @@ def test_yaml_nan_and_inf_are_not_numbers(tmp_path, value, shown):
         load(path)
 
 
+def test_a_key_given_twice_is_refused_naming_its_line(tmp_path):
+    path = tmp_path / "config.yaml"
+    text = (ROOT / "config.yaml").read_text()
+    path.write_text(text + "case: {B: 1, H: 64, S: 2048, D: 128}\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))} line {text.count(chr(10)) + 1}: key 'case' given "
+                                          "twice$"):
+        load(path)
+    path.write_text(text.replace("  v11:\n", "  v11:\n    source: kernels/v12.cu\n", 1))
+    with pytest.raises(ConfigError, match="key 'source' given twice"):
+        load(path)
+
+
 def test_snakemake_rejects_bad_config_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(edited(lambda c: c["case"].update(S=1000))))
@@ -304,6 +316,17 @@ def test_without_configurations_every_kernel_runs_in_the_dense_one():
     (lambda c: c["goal"]["next"]["configurations"]["gqa_bf16"].pop("cycles_of"),
      "config key 'goal.next.configurations.gqa_bf16': asks nothing (no factor, efficiency or cycles_of)"),
     (lambda c: c["configurations"]["causal"].update(D=96), "configurations.causal.D"),
+    (lambda c: c["goal"]["next"]["configurations"]["causal"].update(
+        cycles_of={"configuration": "causal_bf16", "within": 0.02}),
+     "config key 'goal.next.configurations.causal.cycles_of': the configurations are held to each other's cycles in a "
+     "loop (causal -> causal_bf16 -> causal)"),
+    (lambda c: c["goal"]["next"]["configurations"]["gqa_d64"].update(
+        cycles_of={"configuration": "gqa_d64_bf16", "within": 0.02}),
+     "config key 'goal.next.configurations.gqa_d64.cycles_of': the configurations are held to each other's cycles in a "
+     "loop (gqa_d64 -> gqa_d64_bf16 -> gqa_d64)"),
+    # a whole number written as a float: Draft 2020-12 counts it an integer, and it would name files S1024.0
+    (lambda c: c["case"].update(S=1024.0), "config key 'case.S': 1024.0 is not of type 'integer'"),
+    (lambda c: c["bench"].update(steps=100.0), "config key 'bench.steps': 100.0 is not of type 'integer'"),
 ])
 def test_a_bad_configuration_is_refused_naming_the_key(edit, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

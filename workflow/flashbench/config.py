@@ -597,6 +597,14 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
             raise ConfigError(f"config key 'goal.next.configurations.{name}.cycles_of.configuration': {against!r} is "
                               f"not another configuration (defined under configurations: "
                               f"{', '.join(known_configurations)})")
+        chain = [name]
+        while against is not None and against not in chain:  # each held to another's cycles, ending at one that is not
+            chain.append(against)
+            against = (config["goal"]["next"]["configurations"].get(against, {}).get("cycles_of") or {}).get("configuration")
+        if against is not None:
+            raise ConfigError(f"config key 'goal.next.configurations.{name}.cycles_of': the configurations are held to "
+                              f"each other's cycles in a loop ({' -> '.join(chain + [against])}), so none is judged "
+                              f"by anything measured")
 
     ncu = config.get("ncu")
     if isinstance(ncu, str) and ncu.lower() in ("false", "true", "null", "none"):
@@ -672,7 +680,10 @@ def read(path: Path | str) -> dict:
     path = Path(path)
     try:
         config = schemas.parse_yaml(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise ConfigError(f"{path}{f' line {mark.line + 1}' if mark else ''}: {e.problem or e.context}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read {path}: {e}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path} must hold a mapping of config keys")

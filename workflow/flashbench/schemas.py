@@ -18,19 +18,40 @@ def _finite_number(checker, instance) -> bool:
     return jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(instance, "number") and math.isfinite(instance)
 
 
+def _whole_number(checker, instance) -> bool:
+    """An integer as written: 1024, not 1024.0 (which Draft 2020-12 counts as one, and which would reach a
+    file name or a range() as a float)."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
 Validator = jsonschema.validators.extend(
     jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("number", _finite_number),
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"number": _finite_number, "integer": _whole_number}),
 )
 
 
-# libyaml's safe loader where PyYAML was built with it (its wheels are): the same documents, parsed
-# about ten times faster than by the pure-Python one, which a dry run would spend a third of its time in
-SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """libyaml's safe loader where PyYAML was built with it (its wheels are: the same documents, parsed about
+    ten times faster than by the pure-Python one, which a dry run would spend a third of its time in), that
+    refuses a key given twice in one mapping, which safe_load lets the last one win."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                twice = key in seen
+            except TypeError:  # an unhashable key: the constructor below says so
+                continue
+            if twice:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def parse_yaml(text: str):
-    """A YAML document as yaml.safe_load parses it."""
+    """A YAML document as yaml.safe_load parses it, but for a key given twice in a mapping: refused."""
     return yaml.load(text, Loader=SafeLoader)
 
 

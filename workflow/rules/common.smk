@@ -23,6 +23,8 @@ except ImportError:
 # The JSON schema and the checks a schema cannot express, before any job starts. Every command reads
 # the validated config (config.yaml with the --config overlays) from one file, SETTINGS_FILE; a rule's
 # params carry a digest of what its command reads of it (settings_of), so a change reruns those jobs.
+for configfile_read in workflow.configfiles:  # Snakemake's own reading lets a key given twice pass, the last winning
+    fb_config.read(configfile_read)
 SETTINGS = fb_config.validate(config)
 SETTINGS_FILE = fb_config.write_settings(config, ".snakemake/flashbench/settings")  # run state, never archived
 KERNELS = {k.name: k for k in SETTINGS.kernels}
