@@ -202,6 +202,59 @@ def test_the_summarize_command_says_what_is_wrong_in_one_line(tmp_path, capsys, 
     assert not (tmp_path / "out").exists()
 
 
+def test_summarize_refuses_records_that_make_no_whole_archive_and_leaves_the_tables_as_they_were(
+        tmp_path, capsys, records_settings, monkeypatch):
+    """Every record kind given, but a head-to-head point, a cycle count or a kernel's profile left out: the
+    tables would read back refused (or say a kernel was not profiled), so none is written."""
+    import dataclasses
+
+    from flashbench import cli, config
+
+    # the synthetic run's settings are built directly (records.settings), not from a config the schema takes:
+    # kernels.json embeds their archs, and its settings read back as them
+    run = dataclasses.replace(records.settings(), mapping={"archs": records.settings().archs})
+    monkeypatch.setattr(cli, "load_settings", lambda path: run)
+    monkeypatch.setattr(config, "validate", lambda mapping, **_: run)
+    kernels, contestants = records.KERNELS + records.HOPPER, {"v15": 450.0, "v14": 400.0, "sdpa_auto": 430.0}
+    tflops = {**TFLOPS, **contestants}
+    paths = records.write(tmp_path, tflops, kernels=kernels)
+    shapes = [records.CASE, *({**records.CASE, "S": S} for S in records.SWEEP_S if S != records.CASE["S"])]
+    for seed, shape in enumerate(shapes):
+        write_json(tmp_path / "head_to_head" / f"S{shape['S']}.json",
+                   {**records.head_to_head_record(shape, contestants, seed), "configuration": "dense", "causal": False})
+    for k in kernels + records.PEERS:  # each counted as the build or peer its check ran
+        check = read_json(tmp_path / "checks" / f"{k['name']}.json")
+        count = records.cycles_record(k["name"], shapes if k["name"] in contestants else [records.CASE],
+                                      tflops.get(k["name"], records.PEER_TFLOPS.get(k["name"])))
+        write_json(tmp_path / "cycles" / f"{k['name']}.json",
+                   {**count, **{f: check[f] for f in ("cubin_sha256", "torch", "cudnn", "backend") if f in check}})
+    out = tmp_path / "out"
+
+    def summarize(leaving_out=None):
+        args = ["summarize", *records_settings, "--gpu-arch", "sm_90", "--out-dir", str(out)]
+        for option, folder in (("--checks", "checks"), ("--benches", "benches"), ("--compiled", "build/*"),
+                               ("--sweeps", "sweeps"), ("--profiles", "profiles"),
+                               ("--head-to-heads", "head_to_head"), ("--cycles", "cycles")):
+            args += [option, *(str(p) for p in sorted(tmp_path.glob(f"{folder}/*.json")) if p != leaving_out)]
+        return main(args)
+
+    assert summarize() == 0
+    capsys.readouterr()
+    made = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert set(made) == {"summary.csv", "resources.csv", "profile.csv", "head_to_head.csv", "cycles.csv",
+                         "kernels.json"}
+    for left_out, said in (("head_to_head/S2048.json", "out/head_to_head.csv: line 14: no row for v15 against v14 by "
+                                                      "step at S=2048, where kernels.json says both were run: cut "
+                                                      "short or edited: the records given make no whole archive"),
+                           ("cycles/v13.json", "out/cycles.csv: line 4: no row for v13 at the case, where kernels.json says "
+                                              "it was counted"),
+                           ("profiles/v14.json", "no profile record for v14: run its profile")):
+        assert summarize(tmp_path / left_out) == 1
+        err = capsys.readouterr().err
+        assert said in err and len(err.splitlines()) == 1, (left_out, err)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == made  # as they were
+
+
 def test_a_missing_check_record_is_named(tmp_path):
     paths = records.write(tmp_path, TFLOPS)
     paths["checks"] = [p for p in paths["checks"] if p.stem != "v12"]

@@ -45,10 +45,19 @@ def read_summary(results_dir: Path | str) -> tuple[pd.DataFrame, dict]:
     return summary, meta
 
 
+class BadTable(BadRecord):
+    """A table of an archive at odds with itself or with kernels.json: one line naming the table (`path`)
+    and its `problem`."""
+
+    def __init__(self, path: Path, problem: str):
+        super().__init__(f"{path}: {problem}; run summarize on that GPU again")
+        self.path, self.problem = Path(path), problem
+
+
 def _refuse(path: Path, problem: str | None) -> None:
-    """BadRecord, one line naming the table and its problem (validation's), where it has one."""
+    """BadTable where the table has a problem (validation's)."""
     if problem:
-        raise BadRecord(f"{path}: {problem}; run summarize on that GPU again")
+        raise BadTable(path, problem)
 
 
 def read_tables(results_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:

@@ -512,6 +512,7 @@ def cmd_launch_marked(a) -> None:
 
 def cmd_summarize(a) -> None:
     from . import cycles, headtohead
+    from .archive_tables import BadTable, read_paired, read_tables
     from .summary import tidy_tables
 
     settings = a.settings
@@ -543,6 +544,12 @@ def cmd_summarize(a) -> None:
         for name, table in tables.items():
             write_text(staging / f"{name}.csv", table.to_csv(index=False))
         write_json(staging / "kernels.json", {**meta, "inputs_sha256": digests(a.depends_on)})
+        try:  # read back as the reports read them: records that leave a point, a count or a build out are refused
+            summary, _, _, meta = read_tables(staging)
+            read_paired(staging, meta, summary)
+        except BadTable as e:
+            raise FlashbenchError(f"{out / e.path.name}: {e.problem}: the records given make no whole archive, so "
+                                  f"{out} is left as it was") from None
     print(f"summary of {len(meta['kernels'])} kernels written to {out}")
 
 

@@ -218,6 +218,12 @@ def tidy_tables(kernels: list[dict], check_paths: list, bench_paths: list, compi
     unchecked = [k["name"] for k in kernels if k["name"] not in checks]
     if unchecked:
         raise FlashbenchError(f"no check record for {', '.join(unchecked)}: run its check")
+    # with Nsight Compute, every kernel is profiled in its first configuration (one it could not profile says why)
+    unprofiled = [k["name"] for k in kernels if k["kind"] != "peer" and k.get("of", k["name"]) == k["name"]
+                  and k["name"] not in profiles]
+    if profiles and unprofiled:
+        raise FlashbenchError(f"no profile record for {', '.join(unprofiled)}: run its profile (or give none, for a "
+                              "run without Nsight Compute)")
     runs_here = builds_run_here(compile_records, gpu_arch)
     belong_together(compile_records, runs_here, check=checks, bench=benches, sweep=sweeps, profile=profiles,
                     **(more_records or {}))
