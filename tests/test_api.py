@@ -66,7 +66,10 @@ def call(q, k=None, v=None, **kw):
     ((Stand(BSHD),), {"softmax_scale": "0.1"}, "softmax_scale is '0.1', not a number"),
     ((Stand(BSHD),), {"softmax_scale": float("nan")}, "softmax_scale is nan, not a finite number"),
     ((Stand(BSHD, device="cpu"),), {}, "the inputs are on the cpu; it runs on a CUDA GPU"),
-    ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices"),
+    ((Stand(BSHD), Stand(BSHD, device="cpu")), {}, "q, k and v are on different devices (cpu, cuda:0)"),
+    ((Stand(BSHD),), {"layout": ["bshd"]}, "layout ['bshd'] is not one of 'bshd'"),
+    ((Stand(BSHD),), {"causal": "no"}, "causal is 'no', not True or False"),
+    ((Stand(BSHD),), {"causal": 2}, "causal is 2, not True or False"),
 ])
 def test_what_the_line_does_not_run_is_refused_in_one_line(inputs, kw, message):
     with pytest.raises(FlashbenchError) as e:

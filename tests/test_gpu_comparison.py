@@ -3,8 +3,9 @@ import json
 import re
 
 import pandas as pd
+import pytest
 
-from flashbench import gpu, gpu_comparison
+from flashbench import FlashbenchError, gpu, gpu_comparison
 
 import records
 from conftest import ROOT
@@ -96,3 +97,12 @@ def test_a_run_given_its_commit_is_measured_at_that_commit():
     assert gpu.commits([{"git_commit": "abc123"}]) == {"measured": ["abc123"], "git_said": []}
     assert gpu.commits([{"git_commit": "abc123+dirty", "given_commit": "def456"}]) == {
         "measured": ["def456"], "git_said": ["abc123+dirty"]}
+
+
+def test_a_results_folder_given_twice_is_refused_before_anything_is_written(tmp_path):
+    first = results_folder(tmp_path / "a", records.LIKE_THE_WRITEUP, slug="gpu-a")
+    reports = tmp_path / "reports"
+    with pytest.raises(FlashbenchError, match=r"gpu-a given twice: each GPU's results once, one column each$"):
+        gpu_comparison.render([first, first.parent / "." / "gpu-a"], TEMPLATE, reports / "README.md",
+                              reports / "compare.png")
+    assert not reports.exists()

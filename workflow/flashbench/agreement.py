@@ -146,6 +146,8 @@ def disagreements(first_dir: Path | str, second_dir: Path | str, ratio_within: f
     """The two runs' head-to-head and cycles side by side, and each way in which they disagree.
     `ratio_within` and `cycles_within`, where given, replace the tolerances of the GPUs they ran on."""
     asked = Tolerances(_checked(ratio_within, "the ratio tolerance"), _checked(cycles_within, "the cycle tolerance"))
+    if Path(first_dir).resolve() == Path(second_dir).resolve():
+        raise FlashbenchError(f"{first_dir} is given twice: agreement compares two runs' folders")
     runs = [_run(folder) for folder in (first_dir, second_dir)]
     tolerances, gpus = _gpus(*runs)
     ratio_within = asked.ratio or tolerances.ratio

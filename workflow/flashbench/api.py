@@ -52,6 +52,8 @@ def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax
     (each read by H / H_kv consecutive query heads, as SDPA's enable_gqa); returns the output in the same
     layout. softmax_scale: 1/sqrt(D) unless given."""
     scale = _softmax_scale(softmax_scale)
+    if not _is_true_or_false(causal):
+        raise FlashbenchError(f"flash_attention: causal is {causal!r}, not True or False")
     try:
         signature = (layout, bool(causal), scale, q.dtype, q.device, q.shape, q.stride(), k.dtype, k.device, k.shape,
                      k.stride(), v.dtype, v.device, v.shape, v.stride())
@@ -140,9 +142,20 @@ def _softmax_scale(value) -> float | None:
     return scale
 
 
+def _is_true_or_false(value) -> bool:
+    """True or False as Python, numpy or a one-element tensor has them (or 1 and 0); not "no", which bool() takes
+    as True."""
+    if isinstance(value, (str, bytes)):
+        return False
+    try:
+        return bool(value in (True, False))
+    except (TypeError, ValueError, RuntimeError):  # an array of several elements
+        return False
+
+
 def _shape(q, k, v, layout: str) -> tuple[int, int, int, int, int]:
     """B, H, S, D of q and H_kv, the heads of k and v, which must have q's shape but for H_kv dividing H."""
-    if layout not in LAYOUTS:
+    if not isinstance(layout, str) or layout not in LAYOUTS:
         raise FlashbenchError(f"flash_attention: layout {layout!r} is not one of "
                               + ", ".join(f"{name!r} ({what})" for name, what in LAYOUTS.items()))
     shapes = {}
@@ -185,7 +198,8 @@ def _dtype(q, k, v) -> str:
 def _device(q, k, v) -> int:
     devices = {(x.device.type, x.device.index) for x in (q, k, v)}
     if len(devices) > 1:
-        raise FlashbenchError(f"flash_attention: q, k and v are on different devices ({sorted(map(str, devices))})")
+        names = sorted(kind if index is None else f"{kind}:{index}" for kind, index in devices)
+        raise FlashbenchError(f"flash_attention: q, k and v are on different devices ({', '.join(names)})")
     kind, index = devices.pop()
     if kind != "cuda":
         raise FlashbenchError(f"flash_attention: the inputs are on the {kind}; it runs on a CUDA GPU")

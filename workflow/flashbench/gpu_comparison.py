@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import archives, templates
+from . import FlashbenchError, archives, templates
 from .archive_tables import configurations, read_summary, view
 from .figures import PUBLISHED, bars_figure
 from .files import write_text
@@ -69,6 +69,9 @@ def render(results_dirs: list[Path | str], template: Path | str, table: Path | s
     """Write the table from `template` and the figure; return the table's path."""
     table, figure = Path(table), Path(figure)
     templates.check(template)
+    resolved = [Path(d).resolve() for d in results_dirs]
+    if twice := sorted({str(d) for d, r in zip(results_dirs, resolved) if resolved.count(r) > 1}):
+        raise FlashbenchError(f"{', '.join(twice)} given twice: each GPU's results once, one column each")
     columns = [column(d) for d in results_dirs]
     label_columns(columns)
     table_rows = rows(columns)
