@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from flashbench import NoKernelForShape, attention
+from flashbench import NoKernelForShape, attention, elements
 from flashbench.check import Gate, check_kernel, check_shape
 from flashbench.config import Shape
 
@@ -26,12 +26,15 @@ BLOCK = 64  # the rows of one block, and the keys of one key tile, of the implem
 
 
 def flash_like(q, k, v, scale=None, key_tiles_skipped=0, causal=False):
-    """Attention as the kernels compute it: fp32 logits, exp2 with a running maximum per key tile, P
-    rounded to fp16 before PV, one normalisation at the end, fp16 out; the keys after each query
-    masked where `causal`. `key_tiles_skipped`: leave out the last key tiles (a planted defect)."""
+    """Attention as the kernels compute it, in the inputs' element type (fp16, or bf16 as elements holds it):
+    fp32 logits, exp2 with a running maximum per key tile, P rounded to the element type before PV, one
+    normalisation at the end, rounded out; the keys after each query masked where `causal`; K and V of q's
+    heads. `key_tiles_skipped`: leave out the last key tiles (a planted defect)."""
+    dtype = elements.of_array(q)
+    q, k, v = (elements.to_float32(a, np) for a in (q, k, v))
     S, D = k.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    logits = np.matmul(q.astype(np.float32), k.astype(np.float32).swapaxes(-1, -2)) * np.float32(scale * attention.LOG2E)
+    logits = np.matmul(q, k.swapaxes(-1, -2)) * np.float32(scale * attention.LOG2E)
     if causal:
         logits = np.where(np.tri(q.shape[-2], S, dtype=bool), logits, np.float32(-np.inf))
     m = np.full(q.shape[:-1] + (1,), -np.inf, np.float32)
@@ -41,21 +44,24 @@ def flash_like(q, k, v, scale=None, key_tiles_skipped=0, causal=False):
         m_new = np.maximum(m, tile.max(-1, keepdims=True))
         p, alpha = np.exp2(tile - m_new), np.exp2(m - m_new)
         l = l * alpha + p.sum(-1, keepdims=True)
-        o = o * alpha + p.astype(np.float16).astype(np.float32) @ v[..., j:j + BLOCK, :].astype(np.float32)
+        o = o * alpha + elements.rounded(p, dtype, np) @ v[..., j:j + BLOCK, :]
         m = m_new
     with np.errstate(invalid="ignore"):  # every key tile skipped (S = one tile): 0 / 0, NaN, the check's to fail
-        return (o / l).astype(np.float16)
+        return elements.from_float32(o / l, dtype, np)
 
 
 class Implementation:
-    """A flash-like NumPy kernel; `defect` plants one bug: zero_row, missing_key_tile (one block of one
-    head never sees its last key tile), scale (1% too large), unwritten_tile (one block left NaN)."""
+    """A flash-like NumPy kernel on inputs of `dtype`, its K and V of H / kv_group heads; `defect` plants one
+    bug: zero_row, missing_key_tile (one block of one head never sees its last key tile), scale (1% too
+    large), unwritten_tile (one block left as the check handed the output over), wrong_kv_head (query head h
+    reads K/V head h mod H_kv, not h // kv_group)."""
 
     skips_unsupported = False
     smallest_seq_len = BLOCK
 
-    def __init__(self, defect=None, max_seq_len=None, name="numpy", causal=False):
+    def __init__(self, defect=None, max_seq_len=None, name="numpy", causal=False, dtype="fp16", kv_group=1):
         self.name, self.cp, self.defect, self.max_seq_len, self.causal = name, NUMPY_AS_CUPY, defect, max_seq_len, causal
+        self.dtype, self.kv_group = dtype, kv_group
 
     def supports(self, shape):
         if self.max_seq_len and shape.S > self.max_seq_len:
@@ -63,17 +69,21 @@ class Implementation:
         return None if shape.S % BLOCK == 0 else f"S={shape.S} is not a multiple of {BLOCK}"
 
     def inputs(self, shape, rng, kind="normal"):
-        return attention.random_inputs(self.cp, shape, rng, kind)
+        return attention.random_inputs(self.cp, shape, rng, kind, dtype=self.dtype, kv_heads=shape.H // self.kv_group)
 
     def __call__(self, q, k, v, o):
+        handed = o.copy()
         scale = 1.01 / math.sqrt(q.shape[-1]) if self.defect == "scale" else None
-        o[...] = flash_like(q, k, v, scale, causal=self.causal)
-        plant(self.defect, q, k, v, o)
+        H, H_kv = q.shape[1], k.shape[1]
+        heads = np.arange(H) % H_kv if self.defect == "wrong_kv_head" else np.arange(H) // (H // H_kv)
+        o[...] = flash_like(q, k[:, heads], v[:, heads], scale, causal=self.causal)
+        plant(self.defect, q, k[:, heads], v[:, heads], o, handed)
         return o
 
 
-def plant(defect, q, k, v, o):
-    """Plant one bug into a correct output `o` (in place); the place is the middle head, second block."""
+def plant(defect, q, k, v, o, handed):
+    """Plant one bug into a correct output `o` (in place; k and v of q's heads); the place is the middle head,
+    second block. `handed`: the output as the check handed it over, before the kernel wrote it."""
     B, H, S, D = q.shape
     h, rows = H // 2, slice(BLOCK, 2 * BLOCK) if S >= 2 * BLOCK else slice(0, BLOCK)
     if defect == "zero_row":
@@ -81,7 +91,7 @@ def plant(defect, q, k, v, o):
     elif defect == "missing_key_tile":
         o[0, h, rows] = flash_like(q[0, h, rows], k[0, h], v[0, h], key_tiles_skipped=1)
     elif defect == "unwritten_tile":
-        o[0, h, rows] = attention.poisoned_output(np, Shape(1, 1, BLOCK, D))[0, 0]
+        o[0, h, rows] = handed[0, h, rows]
 
 
 DEFECTS = ("zero_row", "missing_key_tile", "scale", "unwritten_tile")
@@ -121,6 +131,55 @@ def test_a_planted_defect_fails_at_the_small_shapes(defect):
         assert "NaN/Inf" in reason or (defect != "unwritten_tile" and "plain fp16" in reason), reason
 
 
+GROUPED = [Shape(1, 4, 128, 128), Shape(3, 6, 64, 128)]  # heads that 1, 2 and all K/V heads divide
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("kv_group", [1, 2, "all"])  # full heads, GQA, MQA
+def test_in_each_element_type_and_on_grouped_k_v_heads_the_right_output_passes_and_a_planted_defect_fails(
+        dtype, kv_group):
+    for shape in GROUPED:
+        group = shape.H if kv_group == "all" else kv_group
+        right = check_kernel(Implementation(dtype=dtype, kv_group=group), [shape], GATE, progress=lambda m: None)
+        assert right["passed"], right["reason"]
+        assert all(r.get("H_kv", shape.H) == shape.H // group for r in right["shapes"])
+        assert all(0 < r["margin"] < 0.6 for r in right["shapes"])  # well inside the bounds of its own type
+        # (with one K/V head, or one query head a K/V head, every mapping of heads is the right one)
+        wrong_head = ["wrong_kv_head"] if 1 < group < shape.H else []
+        for defect in ["zero_row", "missing_key_tile", "unwritten_tile", *wrong_head]:
+            planted = check_kernel(Implementation(defect, dtype=dtype, kv_group=group), [shape], GATE,
+                                   kinds=["normal"], progress=lambda m: None)
+            assert not planted["passed"], (dtype, group, shape, defect)
+            reason = planted["reason"]  # a block with no key tile left (S=64) divides 0 by 0: NaN
+            assert "NaN/Inf" in reason or (defect != "unwritten_tile" and f"plain {dtype}" in reason), reason
+
+
+def test_bf16_rounds_to_nearest_ties_to_even_and_keeps_nan_and_infinity():
+    values = np.array([1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, -(1 + 2**-8), 2.0**-133, np.inf, -np.inf,
+                       np.nan, 3.4e38], dtype=np.float32)
+    bits = elements.from_float32(values, "bf16", np)
+    # 1 + 2^-8 lies half-way between 1 (0x3F80, even) and 1 + 2^-7 (0x3F81): to 1; 1 + 3 * 2^-8 half-way between
+    # 0x3F81 and 0x3F82 (even): up; just past half-way: up; a subnormal kept; 3.4e38, past half-way from bf16's largest: infinity
+    assert [hex(b) for b in bits] == ["0x3f80", "0x3f80", "0x3f82", "0x3f81", "0xbf80", "0x1", "0x7f80", "0xff80",
+                                      "0x7fc0", "0x7f80"]
+    back = elements.to_float32(bits, np)
+    assert back[:6].tolist() == [1.0, 1.0, 1 + 2**-6, 1 + 2**-7, -1.0, 2.0**-133] and np.isnan(back[8])
+    assert elements.of_array(bits) == "bf16" and elements.rounded(np.float32([1 + 2**-8]), "fp16", np)[0] == 1 + 2**-8
+
+
+def test_the_thresholds_are_the_gates_formula_worked_by_hand():
+    yardstick = {"max_abs_error": 1e-3, "worst_row_rel_error": 2e-3, "rel_error": 1e-3}
+    # fp16: factor x plain fp16's error + half an fp16 ulp (2^-11, times the reference's largest value for the
+    # absolute error); the whole-tensor error capped at the tolerance
+    assert GATE.thresholds(yardstick, ref_max_abs=4.0) == pytest.approx(
+        {"max_abs_error": 2e-3 + 4 * 2**-11, "worst_row_rel_error": 4e-3 + 2**-11, "rel_error": 2e-3 + 2**-11})
+    assert GATE.thresholds({**yardstick, "rel_error": 4e-3}, 4.0)["rel_error"] == pytest.approx(5e-3)  # the cap
+    # bf16: half a bf16 ulp (2^-8), and the cap scaled by it (8 x 5e-3)
+    assert GATE.thresholds(yardstick, 4.0, "bf16") == pytest.approx(
+        {"max_abs_error": 2e-3 + 4 * 2**-8, "worst_row_rel_error": 4e-3 + 2**-8, "rel_error": 2e-3 + 2**-8})
+    assert GATE.thresholds({**yardstick, "rel_error": 0.03}, 4.0, "bf16")["rel_error"] == pytest.approx(0.04)
+
+
 # The case's reference and yardstick are worked out a head at a time (max_logit_bytes): the same
 # values as all 64 heads at once (each head is its own product), without the 256 MB temporaries that
 # make NumPy take twice as long.
@@ -150,7 +209,7 @@ def test_a_planted_defect_fails_at_the_writeups_case(at_the_case, defect):
         out = out.astype(np.float16)
     else:
         out = good.copy()
-        plant(defect, q, k, v, out)
+        plant(defect, q, k, v, out, attention.poisoned_output(np, Shape(*q.shape)))
     verdict = judge(out, ref, yardstick)
     assert not verdict["passed"], verdict
     if defect != "unwritten_tile":
