@@ -14,7 +14,8 @@ import pytest
 import records
 from flashbench import clocks, config, gpu, headtohead, timing
 from flashbench.cli import main
-from flashbench.config import load_settings
+from flashbench.check import Gate
+from flashbench.config import Shape, load_settings
 from flashbench.files import write_json
 
 from conftest import FAKE_CUPY, ROOT
@@ -227,13 +228,18 @@ def test_a_kernels_check_runs_to_the_gate_at_its_configurations_shapes_and_mask(
     asked = []
 
     def fake_check(kernel, shapes, gate, kinds, smallest, progress, causal, ragged):
-        asked.append(({s.D for s in shapes}, causal, kinds))
+        asked.append((shapes, gate, kinds, smallest, causal, ragged))
         return {"kernel": kernel.name, "gate": records.GATE, "inputs": list(kinds), "passed": True, "reason": None,
                 "shapes": []}
 
     monkeypatch.setattr(check_module, "check_kernel", fake_check)
     options, _ = offline.files(name)
     assert main(["check", "--settings", offline.file, *options, "--out", str(offline.out)]) == 0
-    c = offline.settings.run(name).configuration
-    assert asked == [({c.D}, c.causal, offline.settings.check_kinds(name))]
+    settings, c = offline.settings, offline.settings.run(name).configuration
+    at_d = lambda shapes: [Shape(s.B, s.H, s.S, c.D) for s in shapes]  # noqa: E731  (B, H and S as configured)
+    (shapes, gate, kinds, smallest, causal, ragged), = asked
+    assert shapes == at_d(settings.check_shapes) and shapes[0] == Shape(**{**settings.case.as_dict(), "D": c.D})
+    assert list(ragged) == at_d(settings.check_ragged) and smallest == settings.check_smallest
+    assert gate == Gate(settings.check_factor, settings.tolerance) and causal == c.causal
+    assert kinds == settings.check_kinds(name)
     assert offline.seen["holds"] == [f"check {name}"]
