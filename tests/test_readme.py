@@ -106,6 +106,38 @@ def test_the_headline_figures_are_the_archives():
             assert measured.split()[0].startswith(commit[1]), f"{record.relative_to(ROOT)} was measured at {measured}"
 
 
+CAUSAL = re.compile(r"<!-- causal: from (results/[^/\s]+)/[^>]*-->\n(.*?)\n<!-- /causal -->", re.S)
+
+
+def test_the_causal_figures_are_the_archives():
+    """The sentence on the causal configuration: v25 ahead of FlashAttention's kernel and of cuDNN by CUDA graph
+    at every point (the range of the ratios), the range of their cycles over v25's, and v25's efficiency per
+    cycle at the longest S, each as the archive has it."""
+    (folder, block), = CAUSAL.findall(README.read_text())
+    assert block.splitlines()[-1] in first_screen(), "the causal figures must stay in README's first 45 lines"
+    results = ROOT / folder
+    meta = json.loads((results / "kernels.json").read_text())
+    version = f"{meta['headline'][0]}.causal"
+    h2h = pd.read_csv(results / "head_to_head.csv")
+    h2h = h2h[(h2h.config == "causal") & (h2h.version == version) & (h2h.method == "graph")]
+    cycles = pd.read_csv(results / "cycles.csv").set_index(["kernel", "S"]).cycles
+    points = sorted(h2h.S.unique())
+
+    def ranges(rival):
+        mine = h2h[h2h.rival == f"{rival}.causal"].set_index("S")
+        assert sorted(mine.index) == points and (mine.verdict == "ahead").all(), rival
+        by_cycles = [cycles[(f"{rival}.causal", S)] / cycles[(version, S)] for S in points]
+        return f"{mine.ratio.min():.2f}-{mine.ratio.max():.2f}", f"{min(by_cycles):.2f}-{max(by_cycles):.2f}"
+
+    (fa_graph, fa_cycles), (cudnn_graph, cudnn_cycles) = ranges("flash_attn_cute"), ranges("sdpa_cudnn")
+    longest = pd.read_csv(results / "cycles.csv").query("kernel == @version and S == @points[-1]")
+    efficiency = f"{100 * float(longest.efficiency_per_cycle.iloc[0]):.1f}%"
+    assert " ".join(block.split()) == (
+        f"Under the causal mask, {meta['headline'][0]} is ahead of FlashAttention's kernel by CUDA graph at every S "
+        f"from {points[0]} to {points[-1]} ({fa_graph}) and of cuDNN ({cudnn_graph}), by cycles {fa_cycles} and "
+        f"{cudnn_cycles}, and it reaches {efficiency} of the tensor peak per cycle at S={points[-1]}.")
+
+
 def readme_command(prefix: str) -> str:
     """The indented command line of README's "Two commands" that the sentence starting `prefix` introduces."""
     text = README.read_text()
