@@ -214,7 +214,7 @@ def test_bench_refuses_a_kernel_that_failed_its_check(tmp_path, records_settings
 def judged(tmp_path, tflops, failing=None):
     summary, resources, _, meta = archive_tables.read_tables(results_folder(tmp_path, tflops, failing))
     summary = summary[summary.series == "check"]  # what the report judges on, as chapter_report.context does
-    return ({j.statement: j for j in claims.claims(summary, resources, meta, "NVIDIA H200")},
+    return ({j.statement: j for j in claims.claims(summary, resources, meta)},
             {j.statement: j for j in claims.conclusions(summary, resources, meta, "NVIDIA H200")})
 
 
@@ -334,7 +334,7 @@ def test_a_subset_of_the_chapter_leaves_the_rest_unmeasured(tmp_path):
     summary, resources, profile, meta = archive_tables.read_tables(out)
     meta["kernels"] = [k for k in meta["kernels"] if k["name"] in ("v11", "v12")]
     summary = summary[summary.kernel.isin(["v11", "v12"])]
-    said = claims.claims(summary[summary.series == "check"], resources, meta, "NVIDIA H200")
+    said = claims.claims(summary[summary.series == "check"], resources, meta)
     assert [j.verdict for j in said] == ["not measured"] * 4
 
 

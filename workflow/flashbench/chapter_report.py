@@ -116,7 +116,7 @@ def context(summary: pd.DataFrame, resources: pd.DataFrame, profile: pd.DataFram
         "profile": [{k: nan_as_none(v) for k, v in row.items()} for row in profile.to_dict("records")],
         "profiled": {k["name"]: k["profile"] for k in kernels if k.get("profile")},
         "findings": findings.findings(checked, resources, meta, gpu_name),
-        "claims": claims.claims(checked, resources, meta, gpu_name),
+        "claims": claims.claims(checked, resources, meta),
         "profiler_claims": claims.profiler_claims(profile, resources, meta),
         "conclusions": claims.conclusions(checked, resources, meta, gpu_name, profile),
         "order": order,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .findings import change
 from .occupancy import blocks_by_shared_memory
 from .profile import TOP_LINES
 from .summary import case_rows
@@ -30,10 +31,6 @@ class Judgement:
     published: str  # what the write-up measured on B300
     verdict: str
     evidence: str   # the measured numbers behind the verdict
-
-
-def _pct(ratio: float) -> str:
-    return f"{(ratio - 1) * 100:+.1f}%"
 
 
 def _spilled(resource) -> int:
@@ -58,7 +55,7 @@ class _Data:
 
     def published_ratio(self, new: str, old: str) -> str:
         a, b = self.published.get(new), self.published.get(old)
-        return _pct(a / b) if a and b else "n/a"
+        return change(a / b) if a and b else "n/a"
 
     def spill(self, name: str) -> int:
         return _spilled(self.res[name])
@@ -71,7 +68,7 @@ class _Data:
                 f"{r.stack_frame_bytes} B stack")
 
 
-def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name: str) -> list[Judgement]:
+def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict) -> list[Judgement]:
     d = _Data(summary, resources, meta)
     out = []
 
@@ -82,7 +79,7 @@ def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name:
     else:
         up12, up13 = d.ratio(V12, V11), d.ratio(V13, V12)
         out.append(Judgement(statement, published, REPRODUCED if up12 > max(up13, 1.0) else NOT_REPRODUCED,
-                             f"V11 -> V12 {_pct(up12)}, V12 -> V13 {_pct(up13)}"))
+                             f"V11 -> V12 {change(up12)}, V12 -> V13 {change(up13)}"))
 
     statement = "V13 (warp specialisation) is at or above V12"
     published = f"{d.published.get(V13)} vs {d.published.get(V12)} ({d.published_ratio(V13, V12)})"
@@ -91,7 +88,7 @@ def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name:
     else:
         up = d.ratio(V13, V12)
         out.append(Judgement(statement, published, REPRODUCED if up >= 1.0 else NOT_REPRODUCED,
-                             f"{d.tflops[V13]:.1f} vs {d.tflops[V12]:.1f} TFLOPS ({_pct(up)})"))
+                             f"{d.tflops[V13]:.1f} vs {d.tflops[V12]:.1f} TFLOPS ({change(up)})"))
 
     statement = "Br = 128 is a regression, caused by register spills"
     published = f"{d.published.get(BR128)} vs V13 {d.published.get(V13)} ({d.published_ratio(BR128, V13)}), spilling"
@@ -102,7 +99,7 @@ def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name:
         caused = d.spill(BR128) > 0 and d.spill(V13) == 0
         verdict = REPRODUCED if down < 1.0 and caused else NOT_REPRODUCED
         out.append(Judgement(statement, published, verdict,
-                             f"{d.tflops[BR128]:.1f} vs {d.tflops[V13]:.1f} TFLOPS ({_pct(down)}); ptxas on "
+                             f"{d.tflops[BR128]:.1f} vs {d.tflops[V13]:.1f} TFLOPS ({change(down)}); ptxas on "
                              f"{d.arch}: {d.spill_text(BR128)}; {d.spill_text(V13)}"))
 
     statement = "The hybrid (Br = 128, part of the state in shared memory) removes the spill and is level with V13, no gain"
@@ -115,7 +112,7 @@ def claims(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_name:
         verdict = REPRODUCED if level and d.spill(HYBRID) == 0 else NOT_REPRODUCED
         where = "level" if level else ("above" if vs > 1 else "below")
         out.append(Judgement(statement, published, verdict,
-                             f"{d.tflops[HYBRID]:.1f} vs {d.tflops[V13]:.1f} TFLOPS ({_pct(vs)}: {where}, "
+                             f"{d.tflops[HYBRID]:.1f} vs {d.tflops[V13]:.1f} TFLOPS ({change(vs)}: {where}, "
                              f"level meaning within +-{LEVEL:.0%}); {d.spill_text(HYBRID)}"))
     return out
 
@@ -133,7 +130,7 @@ def conclusions(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_
     else:
         up = d.ratio(V12, V11)
         out.append(Judgement(statement, published, HOLDS if up - 1 > G2_GAIN else DOES_NOT_HOLD,
-                             f"V11 -> V12 {_pct(up)} on the {gpu_name}, against the write-up's +{G2_GAIN:.0%} for "
+                             f"V11 -> V12 {change(up)} on the {gpu_name}, against the write-up's +{G2_GAIN:.0%} for "
                              f"G2 (V6-V10 are not rebuilt here)"))
 
     statement = "Br has a sweet spot at 64: Br = 32 reuses K and V too little, Br = 128 spills"
@@ -148,7 +145,7 @@ def conclusions(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_
         text = (f"Br 32 (V11) {d.tflops[V11]:.1f}, Br 64 (V13) {d.tflops[V13]:.1f}, Br 128 {d.tflops[BR128]:.1f} "
                 f"(spilling), {d.tflops[HYBRID]:.1f} (hybrid, {d.spill_text(HYBRID)})")
         if not holds and above > 1 + LEVEL:
-            text += (f": without the spill, Br = 128 is {_pct(above)} over Br = 64 on the {gpu_name}, so 64 is the "
+            text += (f": without the spill, Br = 128 is {change(above)} over Br = 64 on the {gpu_name}, so 64 is the "
                      f"sweet spot only for V13's all-in-registers state under the 128-register cap")
         out.append(Judgement(statement, published, HOLDS if holds else DOES_NOT_HOLD, text))
 
@@ -159,7 +156,7 @@ def conclusions(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_
     else:
         up12, up13 = d.ratio(V12, V11), d.ratio(V13, V12)
         holds = 1 < up13 < up12
-        text = f"V12 -> V13 {_pct(up13)} after V11 -> V12 {_pct(up12)}"
+        text = f"V12 -> V13 {change(up13)} after V11 -> V12 {change(up12)}"
         if V12 in profiled and V13 in profiled:
             a, b = profiled[V12], profiled[V13]
             largest = max(("barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "wait"),

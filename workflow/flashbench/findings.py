@@ -7,8 +7,9 @@ import pandas as pd
 from .summary import case_rows
 
 
-def _pct(new: float, old: float) -> str:
-    return f"{(new / old - 1) * 100:+.1f}%"
+def change(ratio: float) -> str:
+    """A ratio as the change it is, in percent with its sign: 1.341 -> +34.1%."""
+    return f"{(ratio - 1) * 100:+.1f}%"
 
 
 def steps(case: pd.DataFrame, kernels: list[dict]) -> list[dict]:
@@ -59,9 +60,9 @@ def findings(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_nam
 
     all_steps = steps(case, kernels)
     for s in all_steps:
-        text = f"{s['kernel']} against {s['base']}: {(s['ratio'] - 1) * 100:+.1f}% on the {gpu_name}"
+        text = f"{s['kernel']} against {s['base']}: {change(s['ratio'])} on the {gpu_name}"
         if s["published_ratio"]:
-            text += f" (write-up on B300: {(s['published_ratio'] - 1) * 100:+.1f}%)"
+            text += f" (write-up on B300: {change(s['published_ratio'])})"
         out.append(text + ".")
 
     kinds = {k["name"]: k["kind"] for k in kernels}
@@ -69,10 +70,10 @@ def findings(summary: pd.DataFrame, resources: pd.DataFrame, meta: dict, gpu_nam
     if len(version_steps) >= 2:
         best = max(version_steps, key=lambda s: s["ratio"])
         with_pub = [s for s in version_steps if s["published_ratio"]]
-        text = f"The largest step between versions here is {best['base']} -> {best['kernel']} ({(best['ratio'] - 1) * 100:+.1f}%)"
+        text = f"The largest step between versions here is {best['base']} -> {best['kernel']} ({change(best['ratio'])})"
         if with_pub:
             pub = max(with_pub, key=lambda s: s["published_ratio"])
-            text += f"; in the write-up it is {pub['base']} -> {pub['kernel']} ({(pub['published_ratio'] - 1) * 100:+.1f}%)"
+            text += f"; in the write-up it is {pub['base']} -> {pub['kernel']} ({change(pub['published_ratio'])})"
         out.append(text + ".")
 
     here = resources[resources.arch == arch]

@@ -12,10 +12,9 @@ do (Expected). Adding a kind is one schema entry and one entry here.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import numbers
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -32,8 +31,8 @@ class BadRecord(FlashbenchError):
 
 @dataclass(frozen=True)
 class Expected:
-    """What the run was configured to do, which its records must show they did. JSON both ways
-    (the summarize stage gets it on its command line)."""
+    """What the run was configured to do, which its records must show they did (from_settings: the run's
+    settings file, which every command is given)."""
 
     case: dict  # B, H, S, D of the timed case
     check_shapes: list[dict]  # every configured check shape, the case first
@@ -87,13 +86,6 @@ class Expected:
                    configuration_head_dims={c.name: c.D for c in settings.configurations if c.D != settings.case.D},
                    head_to_head_methods={c.name: list(methods(settings.head_to_head_in(c)))
                                          for c in settings.configurations} if settings.head_to_head else {})
-
-    def as_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> Expected:
-        return cls(**json.loads(text))
 
 
 COUNTS = ("steps", "repeats", "warmup", "graph_replays")
