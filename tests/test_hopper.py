@@ -1,5 +1,6 @@
 """The host side of the Hopper line without a GPU: which build runs where, the tensor-map arguments,
 the cuLaunchKernel parameter block, and the launcher's refusals."""
+import collections
 import ctypes
 import types
 
@@ -118,7 +119,7 @@ class _Stub(launch.AttentionKernel):
     """An AttentionKernel without a module (no GPU here): only the host-side logic."""
 
     def __init__(self, contract):
-        self.name, self.contract, self._params = "v14", contract, {}
+        self.name, self.contract, self._params = "v14", contract, collections.OrderedDict()
 
 
 def test_parameter_blocks_are_cached_per_arrays_and_shape(monkeypatch):

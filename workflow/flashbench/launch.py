@@ -21,6 +21,7 @@ batch (every kernel by head takes kv_group after the heads per batch; only one w
 given other than 1)."""
 from __future__ import annotations
 
+import collections
 import math
 import threading
 from pathlib import Path
@@ -31,6 +32,7 @@ from . import FlashbenchError, attention, elements
 from .attention import LOG2E
 from .compile import ENTRY
 from .config import Configuration, Shape
+from .occupancy import SMEM_WITHOUT_OPT_IN
 
 MAX_GRID_Y = 65535  # gridDim.y limit: the grid's y is B*H
 MAX_GROUPED_HEADS = 2**16  # V25's grouped build finds a K/V head by a multiply by ceil(2^32 / group), exact to this
@@ -59,11 +61,11 @@ class AttentionKernel:
         ragged_first = self.contract.get("ragged_first")
         self.ragged_first_function = self.module.get_function(ragged_first["entry"]) if ragged_first else None
         self.dynamic_smem = self.contract["dynamic_smem_bytes"]
-        if record["static_smem_bytes"] + self.dynamic_smem > 48 * 1024:  # beyond the default: the opt-in
+        if record["static_smem_bytes"] + self.dynamic_smem > SMEM_WITHOUT_OPT_IN:
             for function in (self.function, self.ragged_first_function):
                 if function is not None:
                     function.max_dynamic_shared_size_bytes = self.dynamic_smem
-        self._params = {}
+        self._params = collections.OrderedDict()
         self._work_lists = {}
 
     def activate(self) -> None:
@@ -227,14 +229,15 @@ class AttentionKernel:
         key = (*(_address(a) for a in (q, k, v, o)), seq_len, heads, scale_log2, row_tiles, heads_per_batch or heads)
         cache_key = (*key, kv_group, *sorted((strides or {}).items()))
         with _params_lock:
-            params = self._params.pop(cache_key, None)
+            params = self._params.get(cache_key)
             if params is None:
                 params = _tensor_map_params(self.contract, *key, strides=strides, kv_group=kv_group,
                                             work_list=self._work_list(row_tiles, heads, heads_per_batch or heads,
                                                                       seq_len, kv_group))
                 if len(self._params) >= PARAMS_KEPT:  # an old entry is only ever reused for equal arrays
-                    del self._params[next(iter(self._params))]
-            self._params[cache_key] = params  # last in the dict's order: the most recently used
+                    self._params.popitem(last=False)
+                self._params[cache_key] = params
+            self._params.move_to_end(cache_key)  # the most recently used last
         return params
 
     def work_list_made(self, row_tiles: int, heads: int, heads_per_batch: int, seq_len: int, kv_group: int = 1

@@ -18,6 +18,10 @@ class SMLimits:
     smem_unit: int = 128
 
 
+# A block's shared memory past this is dynamic and opted in to (cudaFuncAttributeMaxDynamicSharedMemorySize):
+# what a kernel without the opt-in may use, static shared memory at most, on every architecture here
+SMEM_WITHOUT_OPT_IN = 48 * 1024
+
 # CUDA occupancy tables (compute capability 9.0, 10.x, 12.x); sm_120 has 100 KiB per SM.
 LIMITS = {
     "sm_90": SMLimits(),
