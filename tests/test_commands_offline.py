@@ -243,3 +243,22 @@ def test_a_kernels_check_runs_to_the_gate_at_its_configurations_shapes_and_mask(
     assert gate == Gate(settings.check_factor, settings.tolerance) and causal == c.causal
     assert kinds == settings.check_kinds(name)
     assert offline.seen["holds"] == [f"check {name}"]
+
+
+def test_an_nvml_or_cuda_error_in_a_command_is_one_line(monkeypatch, capsys, tmp_path):
+    import pynvml
+
+    from flashbench import cli
+
+    journal = tmp_path / "flashbench-gpu-0000-19-00.0.journal"
+    journal.write_text("")
+    for error, said in ((pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION), "error: NVML failed in gpu-time: "),
+                        (type("CUDARuntimeError", (RuntimeError,), {"__module__": "cupy_backends.cuda.api.runtime"})(
+                            "cudaErrorIllegalAddress"), "error: CUDA failed in gpu-time: cudaErrorIllegalAddress")):
+        monkeypatch.setattr(cli, "cmd_gpu_time", lambda a, error=error: (_ for _ in ()).throw(error))
+        assert main(["gpu-time", str(journal)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(said) and len(err.splitlines()) == 1, err
+    monkeypatch.setattr(cli, "cmd_gpu_time", lambda a: (_ for _ in ()).throw(KeyError("a bug")))
+    with pytest.raises(KeyError):  # anything else is a bug, and shows its traceback
+        main(["gpu-time", str(journal)])

@@ -919,9 +919,10 @@ def main(argv=None) -> int:
     except FlashbenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except Exception as e:  # a CUDA error (out of memory, a fault, a trap) in a GPU stage: one line too
-        if type(e).__module__.startswith("cupy"):
-            print(f"error: CUDA failed in {args.command}: {e}", file=sys.stderr)
+    except Exception as e:  # a CUDA error (out of memory, a fault, a trap) or NVML's (no permission, no library)
+        library = type(e).__module__.split(".")[0]                             # in a GPU stage: one line too
+        if library in ("cupy", "cupy_backends", "pynvml"):
+            print(f"error: {'NVML' if library == 'pynvml' else 'CUDA'} failed in {args.command}: {e}", file=sys.stderr)
             return 1
         raise
     return 0
