@@ -262,3 +262,19 @@ def test_an_nvml_or_cuda_error_in_a_command_is_one_line(monkeypatch, capsys, tmp
     monkeypatch.setattr(cli, "cmd_gpu_time", lambda a: (_ for _ in ()).throw(KeyError("a bug")))
     with pytest.raises(KeyError):  # anything else is a bug, and shows its traceback
         main(["gpu-time", str(journal)])
+
+
+def test_a_profile_refuses_a_source_changed_since_its_cubin_was_built(offline, capsys):
+    from flashbench.files import read_json, sha256
+
+    options, check = offline.files("v25")
+    record_path = options[options.index("--record") + 1]
+    record = read_json(record_path)
+    run = ["profile", "--settings", offline.file, "--ncu", sys.executable, "--check", str(check), *options,
+           "--out", str(offline.out)]
+    write_json(record_path, {**record, "cubin_sha256": "a" * 64, "source_sha256": "0" * 64})  # the checked cubin,
+    # built from another text of kernels/v25.cu
+    assert main(run) == 1
+    assert capsys.readouterr().err == (f"error: {record_path}: {record['source']} changed since this cubin was built "
+                                       "from it: build it again\n")
+    assert not offline.out.exists() and sha256(record["source"]) != "0" * 64

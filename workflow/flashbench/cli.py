@@ -369,6 +369,10 @@ def cmd_profile(a) -> None:
     _same_as_checked(record["kernel"], {"cubin_sha256": record["cubin_sha256"]}, check)
     if not Path(record["source"]).is_file():  # where the stalls are read against
         raise FlashbenchError(f"{a.record}: its source {record['source']} is not there: run from the repository root")
+    built_from = record.get("source_sha256")  # the source's lines the stalls are read against must be the cubin's
+    if built_from and built_from != sha256(record["source"]):
+        raise FlashbenchError(f"{a.record}: {record['source']} changed since this cubin was built from it: build it "
+                              "again")
     shape = _run_settings(a).case
     with tempfile.TemporaryDirectory() as tmp:  # the driver holds the GPU while ncu profiles its launch
         said = Path(tmp) / "ran.json"
