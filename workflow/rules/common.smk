@@ -94,7 +94,7 @@ REPORTS = ("report", "hopper")  # reports/<gpu>/<name>.md
 # results/<gpu>/<name>.csv of every archive: summary, resources, profile
 REPORT_TABLES = tuple(Path(name).stem for name in fb_archives.TABLES if name.endswith(".csv"))
 # and those of a run that had the head-to-head and cycles stages (see paired_tables)
-PAIRED_TABLES = ("head_to_head", "cycles")
+PAIRED_TABLES = fb_archives.OPTIONAL_TABLES
 
 
 wildcard_constraints:
