@@ -290,6 +290,10 @@ def bad_invocations(tmp_path, settings_file):
         "a slug that is no GPU's folder name": (["render", *s, "--results", "results/nvidia-h200", "--reports",
                                                  str(tmp_path / "reports"), "--slug", "NVIDIA H200", *report_template],
                                                 "slug 'NVIDIA H200': not a GPU's folder name"),
+        "another GPU's slug": (["render", *s, "--results", "results/nvidia-h200", "--reports",
+                                str(tmp_path / "reports"), "--slug", "nvidia-h100", *report_template],
+                               "slug 'nvidia-h100': the results given \\(results/nvidia-h200\\) are nvidia-h200's; "
+                               "a GPU's reports are named after its results' folder"),
         "two runs to agree that are no folders": (["agreement", str(no_passed), "results/nvidia-h200"],
                                                   "argument first: .*no-passed.json: not a folder"),
         "a second run that is not there": (["agreement", "results/nvidia-h200", str(tmp_path / "nowhere")],
