@@ -444,3 +444,12 @@ def test_a_configuration_left_out_of_the_ragged_pairs_sweeps_its_ragged_lengths_
         k: v for k, v in settings.sweep["ragged_pair"].items() if k != "configurations"}})
     assert all(everywhere.pairs_ragged(f"v25.{c}") for c in ("bf16", "gqa", "d64", "d256"))
     assert everywhere.used_by("sweep", "v25") == settings.used_by("sweep", "v25")  # dense's sweep is not redone
+
+
+def test_a_command_takes_the_config_file_itself_as_its_settings_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # its kernels' sources are found beside it, not in the folder run from
+    settings = load_settings(ROOT / "config.yaml")
+    assert [k.name for k in settings.kernels] == [k.name for k in validate(CONFIG, root=ROOT).kernels]
+    with pytest.raises(ConfigError, match=rf"'kernels.v11.source': no such file 'kernels/v11.cu' in {tmp_path} \(the "
+                                          r"checkout's root, where the commands run\)$"):
+        validate(CONFIG, root=".")

@@ -752,7 +752,8 @@ def _shape(text: str) -> Shape:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-SETTINGS_HELP = "the run's settings file (the workflow writes it from config.yaml: .snakemake/flashbench/settings/<digest>.json)"
+SETTINGS_HELP = ("the run's settings file (the workflow writes it from config.yaml: .snakemake/flashbench/settings/"
+                 "<digest>.json), or a config file itself (config.yaml)")
 
 
 def _settings_option(p) -> None:

@@ -528,7 +528,8 @@ def validate(config: dict, root: Path | str = ".", *, schema_checked: bool = Fal
         if spec["kind"] == "ablation" and "parent" not in spec:
             raise ConfigError(f"config key 'kernels.{name}.parent': an ablation must name the kernel it varies")
         if check_sources and not (Path(root) / spec["source"]).is_file():
-            raise ConfigError(f"config key 'kernels.{name}.source': no such file {spec['source']!r}")
+            raise ConfigError(f"config key 'kernels.{name}.source': no such file {spec['source']!r} in "
+                              f"{Path(root).resolve()} (the checkout's root, where the commands run)")
         runs_in = _runs_in(f"kernels.{name}", "kernel", spec.get("configurations", known_configurations[:1]),
                            known_configurations)
         kernels.append(Kernel(name=name, **{**spec, "configurations": runs_in}))
@@ -704,12 +705,14 @@ def digest(value) -> str:
 
 
 def load_settings(path: Path | str) -> Settings:
-    """The settings of a run from the file write_settings made of its validated config. Its name is its
-    content's digest: a file edited since (or not written by the workflow) is refused rather than
-    trusted without the schema."""
+    """The settings of a run from the file write_settings made of its validated config, or from a config
+    file (.yaml) itself. A settings file's name is its content's digest: one edited since (or not written by
+    the workflow) is refused rather than trusted without the schema."""
     from .files import read_json
 
     path = Path(path)
+    if path.suffix in (".yaml", ".yml"):  # a config file itself, its kernels' sources beside it
+        return load(path)
     try:
         config = read_json(path)
     except FlashbenchError as e:
