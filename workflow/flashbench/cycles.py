@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import FlashbenchError, attention
 from .config import Shape
-from .profile import TIME_UNITS_IN_US, number, raw_page, run, version
+from .profile import microseconds, number, raw_page, run, version
 
 MARKER = "flashbench_call_marker"
 MARKER_SOURCE = f'extern "C" __global__ void {MARKER}() {{}}'
@@ -92,9 +92,7 @@ def parse_kernels(text: str) -> list[dict]:
     if missing:
         raise FlashbenchError(f"ncu's raw page lacks {', '.join(missing)}")
     column = {n: names.index(n) for n in ["ID", "Kernel Name", *METRICS.values()]}
-    duration_unit = rows[header + 1][column[METRICS["duration_us"]]]
-    if duration_unit not in TIME_UNITS_IN_US:
-        raise FlashbenchError(f"ncu gave the duration in {duration_unit!r}, a unit this parser does not know")
+    us_per_unit = microseconds(1.0, rows[header + 1][column[METRICS["duration_us"]]])  # the units row
     kernels = []
     for r in rows[header + 2:]:  # after the units row
         if not r[column["ID"]].strip().isdigit():
@@ -103,7 +101,7 @@ def parse_kernels(text: str) -> list[dict]:
              **{key: number(r[column[metric]]) for key, metric in METRICS.items()}}
         if None in k.values():
             raise FlashbenchError(f"ncu's raw page has no value of every metric for kernel {k['name']}")
-        k["duration_us"] *= TIME_UNITS_IN_US[duration_unit]
+        k["duration_us"] *= us_per_unit
         kernels.append(k)
     return sorted(kernels, key=lambda k: k["id"])
 

@@ -75,14 +75,19 @@ def parse_raw(text: str) -> dict:
 TIME_UNITS_IN_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 
 
+def microseconds(value: float, unit: str) -> float:
+    """A duration ncu gave in `unit`, in microseconds."""
+    if unit not in TIME_UNITS_IN_US:
+        raise FlashbenchError(f"ncu gave the duration in {unit!r}, a unit this parser does not know")
+    return value * TIME_UNITS_IN_US[unit]
+
+
 def metrics_of(raw: dict) -> dict:
     out = {}
     for name, metric in METRICS.items():
         value, unit = raw.get(metric, (None, ""))
         if value is not None and name == "duration_us":
-            if unit not in TIME_UNITS_IN_US:
-                raise FlashbenchError(f"ncu gave the duration in {unit!r}, a unit this parser does not know")
-            value *= TIME_UNITS_IN_US[unit]
+            value = microseconds(value, unit)
         out[name] = value
     out["stalls"] = {s: raw.get(STALL_METRIC.format(s), (None, ""))[0] for s in STALLS}
     return out
