@@ -19,7 +19,13 @@ def _templates(folder: str) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, finalize=markdown.text)
     env.filters["code"] = markdown.code
+    env.globals["num"] = _number
     return env
+
+
+def _number(x, fmt: str = "%.1f") -> str:
+    """`num(x)` in a template: a value in `fmt`, or a dash where there is none."""
+    return "—" if x is None else fmt % x
 
 
 def check(template: Path | str) -> None:
