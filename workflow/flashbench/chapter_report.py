@@ -36,7 +36,7 @@ def correctness(checked: pd.DataFrame, order: list[str]) -> list[dict]:
                 "kernel": name, "inputs": kind, "shapes": len(runs), "passed": int((runs.passed == True).sum()),  # noqa: E712
                 "failed": int((runs.passed == False).sum()), "skipped": int(runs.passed.isna().sum()),  # noqa: E712
                 "worst": None if worst is None else {
-                    "shape": f"B={worst.B} H={worst.H} S={worst.S}", "margin": worst.margin,
+                    "shape": _shape(worst.B, worst.H, worst.S), "margin": worst.margin,
                     **{m: worst[m] for m in METRICS}, **{f"yardstick_{m}": worst[f"yardstick_{m}"] for m in METRICS}},
             })
     return rows
