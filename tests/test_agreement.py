@@ -221,4 +221,4 @@ def test_the_command_fails_in_one_line_where_they_do_not_agree_or_a_table_is_mis
 def test_a_folder_given_twice_is_refused(tmp_path):
     first = run(tmp_path / "first")
     with pytest.raises(FlashbenchError, match=r"first is given twice: agreement compares two runs' folders$"):
-        agreement.disagreements(first, tmp_path / "." / "first")
+        agreement.disagreements(first, tmp_path / "first" / ".." / "first")

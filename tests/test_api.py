@@ -165,6 +165,10 @@ def test_the_build_cache_holds_whole_cubins_only(tmp_path):
     assert api._cached_build(cubin, build) == record and len(builds) == 1  # reused
     cubin.write_bytes(b"cub")  # cut short: not the cubin its record names, so built again
     assert api._cached_build(cubin, build) == record and len(builds) == 2 and cubin.read_bytes() == b"cubin"
+    for damaged in ('{"cubin_sha', "[1, 2]"):  # a record cut short, or no record at all: built again
+        cubin.with_suffix(".json").write_text(damaged)
+        assert api._cached_build(cubin, build) == record and cubin.with_suffix(".json").read_text() != damaged
+    assert len(builds) == 4
 
     def failing(to):
         to.write_bytes(b"half")

@@ -146,6 +146,18 @@ def test_the_report_names_the_commit_the_numbers_were_measured_at(tmp_path):
            "answered 57362c2+dirty, which is not" in hopper
 
 
+def test_results_reached_through_a_link_are_named_by_the_link(tmp_path):
+    storage = tmp_path / "storage" / "run42"
+    shutil.copytree(ARCHIVE, storage)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "nvidia-h200").symlink_to(storage)
+    report = gpu_reports.render(tmp_path / "results" / "nvidia-h200", tmp_path / "reports", TEMPLATES / "report.md.j2",
+                                "nvidia-h200", GOAL)
+    assert "`nvidia-h200`" in report.read_text()
+    with pytest.raises(FlashbenchError, match=r"slug 'nvidia-h200': the results given \(.*run42\) are run42's"):
+        gpu_reports.render(storage, tmp_path / "elsewhere", TEMPLATES / "report.md.j2", "nvidia-h200", GOAL)
+
+
 def test_the_archived_report_names_the_commit_of_its_records():
     provenance = read_json(ARCHIVE / "check" / "v11.json")["provenance"]
     hopper = (ROOT / "reports" / "nvidia-h200" / "hopper.md").read_text()

@@ -446,10 +446,20 @@ def test_a_configuration_left_out_of_the_ragged_pairs_sweeps_its_ragged_lengths_
     assert everywhere.used_by("sweep", "v25") == settings.used_by("sweep", "v25")  # dense's sweep is not redone
 
 
-def test_a_command_takes_the_config_file_itself_as_its_settings_from_any_folder(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # its kernels' sources are found beside it, not in the folder run from
+def test_a_command_takes_the_config_file_itself_as_its_settings(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # where the commands run: the kernels' sources as config names them
     settings = load_settings(ROOT / "config.yaml")
     assert [k.name for k in settings.kernels] == [k.name for k in validate(CONFIG, root=ROOT).kernels]
+    monkeypatch.chdir(tmp_path)  # elsewhere, the sources are not where a command would read them
     with pytest.raises(ConfigError, match=rf"'kernels.v11.source': no such file 'kernels/v11.cu' in {tmp_path} \(the "
                                           r"checkout's root, where the commands run\)$"):
-        validate(CONFIG, root=".")
+        load_settings(ROOT / "config.yaml")
+
+
+def test_a_key_given_twice_is_refused_but_a_merged_one_may_be_overridden(tmp_path):
+    from flashbench import schemas
+
+    assert schemas.parse_yaml("base: &b {x: 1, y: 2}\nc: {<<: *b, y: 3}\n") == {"base": {"x": 1, "y": 2},
+                                                                              "c": {"x": 1, "y": 3}}
+    with pytest.raises(yaml.YAMLError, match="key 'y' given twice"):
+        schemas.parse_yaml("c: {y: 1, y: 3}\n")

@@ -103,6 +103,6 @@ def test_a_results_folder_given_twice_is_refused_before_anything_is_written(tmp_
     first = results_folder(tmp_path / "a", records.LIKE_THE_WRITEUP, slug="gpu-a")
     reports = tmp_path / "reports"
     with pytest.raises(FlashbenchError, match=r"gpu-a given twice: each GPU's results once, one column each$"):
-        gpu_comparison.render([first, first.parent / "." / "gpu-a"], TEMPLATE, reports / "README.md",
+        gpu_comparison.render([first, first / ".." / "gpu-a"], TEMPLATE, reports / "README.md",
                               reports / "compare.png")
     assert not reports.exists()

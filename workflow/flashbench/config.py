@@ -711,8 +711,8 @@ def load_settings(path: Path | str) -> Settings:
     from .files import read_json
 
     path = Path(path)
-    if path.suffix in (".yaml", ".yml"):  # a config file itself, its kernels' sources beside it
-        return load(path)
+    if path.suffix in (".yaml", ".yml"):  # a config file itself (its kernels' sources in the checkout run in)
+        return validate(read(path), ".")
     try:
         config = read_json(path)
     except FlashbenchError as e:

@@ -4,6 +4,7 @@
 leaves the reports as they were."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from . import FlashbenchError, chapter_report, hopper_report, templates
@@ -24,9 +25,10 @@ def render(results_dir: Path | str, report_dir: Path | str, template: Path | str
     if slugify(slug) != slug:
         raise FlashbenchError(f"slug {slug!r}: not a GPU's folder name (such as nvidia-h200)")
     summary, resources, profile, meta = read_tables(results_dir)
-    if Path(results_dir).resolve().name != slug:  # the reports would name another GPU's archive as their source
-        raise FlashbenchError(f"slug {slug!r}: the results given ({results_dir}) are {Path(results_dir).resolve().name}'s; "
-                              "a GPU's reports are named after its results' folder")
+    folder = Path(os.path.abspath(results_dir)).name  # the folder as named (a link to storage named otherwise too)
+    if folder != slug:  # the reports would name another GPU's archive as their source
+        raise FlashbenchError(f"slug {slug!r}: the results given ({results_dir}) are {folder}'s; a GPU's reports are "
+                              "named after its results' folder")
     paired = read_paired(results_dir, meta, summary)
     # the archive in each configuration: the chapter's report is the first's, the Hopper line's all of them
     views = [view(summary, meta, {"resources": resources, "profile": profile, **paired}, configuration)

@@ -39,6 +39,8 @@ class SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged below, its keys overridable
+                continue
             key = self.construct_object(key_node, deep=deep)
             try:
                 twice = key in seen
