@@ -253,6 +253,16 @@ def test_summarize_refuses_records_that_make_no_whole_archive_and_leaves_the_tab
         err = capsys.readouterr().err
         assert said in err and len(err.splitlines()) == 1, (left_out, err)
         assert {p.name: p.read_bytes() for p in out.iterdir()} == made  # as they were
+    from flashbench import archive_tables
+
+    def unreadable(folder):  # a table just made that does not read back at all: named as in out, not staging
+        raise validation.BadRecord(f"{folder / 'kernels.json'}: key 'settings': not settings a run could have read")
+
+    monkeypatch.setattr(archive_tables, "read_tables", unreadable)
+    assert summarize() == 1
+    assert capsys.readouterr().err == (f"error: {out / 'kernels.json'}: key 'settings': not settings a run could have "
+                                       f"read (the tables just made, so {out} is left as it was)\n")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == made
 
 
 def test_a_missing_check_record_is_named(tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 from . import FlashbenchError, archives, attention
 from .config import RUN_SEPARATOR, ConfigError, Shape, conform, load_settings, ragged_pairable, supported_archs
 from .files import digests, read_json, sha256, staged_folder, write_json, write_text
-from .validation import Expected, read_record
+from .validation import BadRecord, Expected, read_record
 
 
 _STARTED = time.monotonic()
@@ -554,6 +554,9 @@ def cmd_summarize(a) -> None:
         except BadTable as e:
             raise FlashbenchError(f"{out / e.path.name}: {e.problem}: the records given make no whole archive, so "
                                   f"{out} is left as it was") from None
+        except BadRecord as e:  # a table or kernels.json that does not read back at all: named as in `out`
+            raise FlashbenchError(f"{str(e).replace(str(staging), str(out))} (the tables just made, so {out} is left "
+                                  "as it was)") from None
     print(f"summary of {len(meta['kernels'])} kernels written to {out}")
 
 
