@@ -138,6 +138,37 @@ def test_the_causal_figures_are_the_archives():
         f"{cudnn_cycles}, and it reaches {efficiency} of the tensor peak per cycle at S={points[-1]}.")
 
 
+CONFIGURATIONS = re.compile(r"<!-- configurations: from config.yaml[^>]*-->\n(.*?)\n<!-- /configurations -->", re.S)
+
+
+def configuration_rows() -> list[str]:
+    """README's table of the configurations, a row each as config.yaml says: what it computes, the rivals it is
+    raced against, and what its next goal holds it to."""
+    from flashbench.config import load
+
+    settings = load(ROOT / "config.yaml")
+    rows = []
+    for c in settings.configurations:
+        asked = settings.goal.in_configuration(c.name).next
+        if asked.cycles_of:
+            held = f"cycles within {asked.cycles_of['within']:.0%} of `{asked.cycles_of['configuration']}`'s"
+        else:
+            held = "; ".join(filter(None, [
+                ", ".join(f"{factor:.2f}x {rival}" for rival, factor in asked.factors.items()),
+                f"{asked.efficiency_case:.0%} per cycle at the case" if asked.efficiency_case is not None else "",
+                f"{asked.efficiency_long:.0%} per cycle from S={asked.long_s}" if asked.efficiency_long is not None
+                else ""]))
+        rivals = ", ".join(settings.run(run).of for run in settings.rivals_in(c)) or "no one"
+        rows.append(f"| `{c.name}` | {c.mask} | {c.D} | {c.dtype} | {f'H / {c.kv_group}' if c.kv_group > 1 else 'H'} "
+                    f"| {rivals} | {held} |")
+    return rows
+
+
+def test_the_configurations_table_is_config_yamls():
+    (block,) = CONFIGURATIONS.findall(README.read_text())
+    assert [line for line in block.splitlines() if line.startswith("| `")] == configuration_rows()
+
+
 def readme_command(prefix: str) -> str:
     """The indented command line of README's "Two commands" that the sentence starting `prefix` introduces."""
     text = README.read_text()
