@@ -549,8 +549,8 @@ def cmd_summarize(a) -> None:
             write_text(staging / f"{name}.csv", table.to_csv(index=False))
         write_json(staging / "kernels.json", {**meta, "inputs_sha256": digests(a.depends_on)})
         try:  # read back as the reports read them: records that leave a point, a count or a build out are refused
-            summary, _, _, meta = read_tables(staging)
-            read_paired(staging, meta, summary)
+            summary_read, _, _, meta_read = read_tables(staging)
+            read_paired(staging, meta_read, summary_read)
         except BadTable as e:
             raise FlashbenchError(f"{out / e.path.name}: {e.problem}: the records given make no whole archive, so "
                                   f"{out} is left as it was") from None
@@ -927,8 +927,8 @@ def main(argv=None) -> int:
     except FlashbenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except Exception as e:  # a CUDA error (out of memory, a fault, a trap) or NVML's (no permission, no library)
-        library = type(e).__module__.split(".")[0]                             # in a GPU stage: one line too
+    except Exception as e:  # in a GPU stage, CUDA's error (out of memory, a fault, a trap) or NVML's: one line too
+        library = type(e).__module__.split(".")[0]
         if library in ("cupy", "cupy_backends", "pynvml"):
             print(f"error: {'NVML' if library == 'pynvml' else 'CUDA'} failed in {args.command}: {e}", file=sys.stderr)
             return 1
