@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import FlashbenchError
+from . import FlashbenchError, archives
 from .validation import read_record, read_table
 
 SHAPE = ["B", "H", "S", "D"]
@@ -146,7 +146,7 @@ def disagreements(first_dir: Path | str, second_dir: Path | str, ratio_within: f
     """The two runs' head-to-head and cycles side by side, and each way in which they disagree.
     `ratio_within` and `cycles_within`, where given, replace the tolerances of the GPUs they ran on."""
     asked = Tolerances(_checked(ratio_within, "the ratio tolerance"), _checked(cycles_within, "the cycle tolerance"))
-    if Path(first_dir).resolve() == Path(second_dir).resolve():
+    if archives.given_twice([first_dir, second_dir]):
         raise FlashbenchError(f"{first_dir} is given twice: agreement compares two runs' folders")
     runs = [_run(folder) for folder in (first_dir, second_dir)]
     tolerances, gpus = _gpus(*runs)

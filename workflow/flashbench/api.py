@@ -271,10 +271,10 @@ def _load(settings, build: str, device: int):
 
 
 def _cached_build(cubin: Path, build) -> dict:
-    """The record of the cache's `cubin`, built first where it or its record is missing, or it is not the one
-    its record names, or the record cannot be read (cut short, or damaged): `build(path)` compiles into a folder of its own, whose cubin replaces the
-    cache's whole and then its record, so that processes sharing the cache (a job's ranks) never read half a
-    cubin, and one stopped mid-build leaves the cache as it was."""
+    """The record of the cache's `cubin`, built first where it or its record is missing or cannot be read, or
+    it is not the cubin its record names (cut short, or damaged): `build(path)` compiles into a folder of its
+    own, whose cubin replaces the cache's whole and then its record, so that processes sharing the cache (a
+    job's ranks) never read half a cubin, and one stopped mid-build leaves the cache as it was."""
     record_path = cubin.with_suffix(".json")
     if cubin.is_file() and record_path.is_file():
         try:

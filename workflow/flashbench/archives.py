@@ -25,6 +25,12 @@ def require_tables(folder: Path | str, names=TABLES) -> None:
         raise FlashbenchError(f"{folder} lacks {', '.join(missing)}: run the pipeline on that GPU first")
 
 
+def given_twice(folders) -> list[str]:
+    """The folders, as given, that name one folder more than once (`results/a` and `x/../results/a`)."""
+    resolved = [Path(f).resolve() for f in folders]
+    return sorted({str(f) for f, r in zip(folders, resolved) if resolved.count(r) > 1})
+
+
 def find(results: Path | str, running: str | None = None) -> tuple[list[str], list[str]]:
     """The slugs of the archives under `results`, and one line for each other folder there (hidden
     ones, a render's staging, aside) saying why it is skipped. `running` is the GPU this run

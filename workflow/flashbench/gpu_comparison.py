@@ -69,8 +69,7 @@ def render(results_dirs: list[Path | str], template: Path | str, table: Path | s
     """Write the table from `template` and the figure; return the table's path."""
     table, figure = Path(table), Path(figure)
     templates.check(template)
-    resolved = [Path(d).resolve() for d in results_dirs]
-    if twice := sorted({str(d) for d, r in zip(results_dirs, resolved) if resolved.count(r) > 1}):
+    if twice := archives.given_twice(results_dirs):
         raise FlashbenchError(f"{', '.join(twice)} given twice: each GPU's results once, one column each")
     columns = [column(d) for d in results_dirs]
     label_columns(columns)

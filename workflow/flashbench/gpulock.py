@@ -143,6 +143,9 @@ def parse_journal(path: Path | str) -> list[dict]:
         raise FlashbenchError(f"{path}: cannot be read ({e.strerror})") from None
     except UnicodeDecodeError:
         raise FlashbenchError(f"{path}: not text, so no journal (a JSON object a line)") from None
+    from . import schemas
+
+    entry_schema = schemas.Validator({**schemas.load("records"), "$ref": "#/$defs/journal_entry"})
     entries = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -151,12 +154,8 @@ def parse_journal(path: Path | str) -> list[dict]:
             entry = json.loads(line)
         except json.JSONDecodeError as e:
             raise FlashbenchError(f"{path}: line {number} is not a journal entry (JSON): {e.msg}") from None
-        if not (isinstance(entry, dict) and isinstance(entry.get("what"), str) and entry["what"].split()
-                and isinstance(entry.get("exclusive"), bool)
-                and all(isinstance(entry.get(t), (int, float)) and not isinstance(entry.get(t), bool)
-                        for t in ("acquired", "released"))):
-            raise FlashbenchError(f"{path}: line {number} is not a journal entry (an object with a non-empty 'what', "
-                                  "'exclusive' true or false, and 'acquired' and 'released' in seconds)")
+        if error := schemas.first_error(entry_schema, entry):
+            raise FlashbenchError(f"{path}: line {number} is not a journal entry: key '{error[0]}': {error[1]}")
         entries.append(entry)
     return entries
 
