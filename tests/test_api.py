@@ -21,8 +21,9 @@ Device = collections.namedtuple("Device", "type index")
 class Stand:
     """What flash_attention reads of a torch tensor: shape, dtype, device, strides, address."""
 
-    def __init__(self, shape, dtype="torch.float16", device="cuda", strides=None, address=0x7F0000000000):
-        self.shape, self.dtype = tuple(shape), dtype
+    def __init__(self, shape, dtype="torch.float16", device="cuda", strides=None, address=0x7F0000000000,
+                 requires_grad=False):
+        self.shape, self.dtype, self.requires_grad = tuple(shape), dtype, requires_grad
         self.device = Device(device, 0 if device == "cuda" else None)
         contiguous = [1]
         for n in reversed(self.shape[1:]):
@@ -76,6 +77,24 @@ def test_what_the_line_does_not_run_is_refused_in_one_line(inputs, kw, message):
         call(*inputs, **kw)
     said = str(e.value)
     assert said.startswith("flash_attention: ") and message in said and "\n" not in said
+
+
+@pytest.mark.parametrize("grad_enabled", [True, False])
+def test_an_input_that_requires_grad_is_refused_where_autograd_records(grad_enabled, monkeypatch):
+    """Forward alone: where autograd records, a call on an input that requires grad is refused; under
+    no_grad it goes on to the other checks (here the element type's)."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(is_grad_enabled=lambda: grad_enabled))
+    k = Stand(BSHD, dtype="torch.float32", requires_grad=True)
+    with pytest.raises(FlashbenchError) as e:
+        call(Stand(BSHD, dtype="torch.float32"), k)
+    said = str(e.value)
+    if grad_enabled:
+        assert said == ("flash_attention: k requires grad, and the line has no backward kernel: call it under "
+                        "torch.no_grad() or torch.inference_mode(), or on detached inputs")
+    else:
+        assert said == "flash_attention: float32 inputs; the line runs fp16 and bf16"
 
 
 def test_without_a_checkout_to_build_from_it_says_where_it_looked(tmp_path, monkeypatch):
@@ -230,6 +249,18 @@ def test_it_agrees_with_sdpa_in_both_layouts(layout, causal, S, tmp_path, monkey
     out = flashbench.flash_attention(q, k, v, causal=causal, layout=layout)
     assert out.shape == shape and out.dtype == torch.float16
     _agrees(torch, out, q, k, v, causal, layout)
+
+
+@pytest.mark.gpu
+def test_inputs_that_require_grad_run_under_no_grad_alone(tmp_path, monkeypatch):
+    torch = _torch()
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path.parent / "flashbench-cache"))
+    q, k, v = (torch.randn(1, 300, 2, 128, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
+    with pytest.raises(FlashbenchError, match="^flash_attention: q requires grad, and the line has no backward kernel"):
+        flashbench.flash_attention(q, k, v)
+    with torch.no_grad():
+        out = flashbench.flash_attention(q, k, v)
+    _agrees(torch, out, q.detach(), k.detach(), v.detach(), False, "bshd")
 
 
 @pytest.mark.gpu

@@ -21,7 +21,8 @@ whose other strides are multiples of 16 bytes and which starts on a 16-byte boun
 [B, S, H, D] (`layout="bshd"`, the default) and SDPA's [B, H, S, D] (`layout="bhsd"`) among them; an
 input laid out otherwise is copied first. The output is a new [B, H, S, D] buffer, returned as the layout
 asked (for "bshd" a transposed view of it). What the line does not run (another D or element type, a GPU
-other than sm_90) is refused with one line that says so.
+other than sm_90) is refused with one line that says so; so is an input that requires grad where autograd
+records, as the line has a forward kernel alone.
 
 Before a CUDA graph captures a call, make one call at that shape outside the capture: it builds the
 kernel and the work list the persistent grid walks (kept for the life of the process, as a graph
@@ -54,6 +55,7 @@ def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax
     scale = _softmax_scale(softmax_scale)
     if not _is_true_or_false(causal):
         raise FlashbenchError(f"flash_attention: causal is {causal!r}, not True or False")
+    _refuse_a_graph_for_gradients(q, k, v)
     try:
         signature = (layout, bool(causal), scale, q.dtype, q.device, q.shape, q.stride(), k.dtype, k.device, k.shape,
                      k.stride(), v.dtype, v.device, v.shape, v.stride())
@@ -151,6 +153,20 @@ def _is_true_or_false(value) -> bool:
         return bool(value in (True, False))
     except (TypeError, ValueError, RuntimeError):  # an array of several elements
         return False
+
+
+def _refuse_a_graph_for_gradients(q, k, v) -> None:
+    """The line has a forward kernel alone: an input that requires grad, where autograd records, is refused
+    (the output would hold no grad_fn, and a training step would silently leave q, k and v's producers
+    untrained). Read at each call, as requires_grad and the grad mode are no part of the signature."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if getattr(x, "requires_grad", False) is True:
+            import torch
+
+            if torch.is_grad_enabled():
+                raise FlashbenchError(f"flash_attention: {name} requires grad, and the line has no backward kernel: "
+                                      "call it under torch.no_grad() or torch.inference_mode(), or on detached inputs")
+            return
 
 
 def _shape(q, k, v, layout: str) -> tuple[int, int, int, int, int]:
