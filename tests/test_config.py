@@ -55,6 +55,11 @@ def test_the_shipped_config_is_valid():
     (lambda c: c.update(colour="blue"), r"'\(top level\)': Additional properties are not allowed \('colour'"),
     (lambda c: c["kernels"]["v11"].update(source="kernels/nope.cu"), r"'kernels.v11.source': no such file"),
     (lambda c: c["kernels"]["v11"].update(kind="ablation"), r"'kernels.v11.parent': an ablation must name"),
+    (lambda c: c["kernels"]["br128"].update(parent="v10"), r"'kernels.br128.parent': unknown kernel 'v10'$"),
+    (lambda c: c["headline"].append("v10"), r"'headline\[2\]': 'v10' is not one of the versions run$"),
+    (lambda c: c.pop("headline"), r"'head_to_head': needs the versions it compares \(config key 'headline'\)$"),
+    (lambda c: c["head_to_head"]["rivals"].append("cublas"), r"'head_to_head.rivals\[3\]': 'cublas' is not one of the "
+                                                            r"peers$"),
     (lambda c: c.update(gpu="NVIDIA H200"), r"'gpu': 'NVIDIA H200' does not match"),
     (lambda c: c.update(gpu_arch="sm_80"), r"'gpu_arch': 'sm_80' is not valid"),
     (lambda c: c["check"].update(shapes=c["check"]["shapes"][:2]), r"'check.shapes': .* is too short"),
@@ -168,6 +173,19 @@ def test_a_key_given_twice_is_refused_naming_its_line(tmp_path):
         load(path)
     path.write_text(text.replace("  v11:\n", "  v11:\n    source: kernels/v12.cu\n", 1))
     with pytest.raises(ConfigError, match="key 'source' given twice"):
+        load(path)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"- dense\n- causal\n", "must hold a mapping of config keys$"),
+    (b"case: {B: 1}\n\xff\xfe\n", "^cannot read .*config.yaml: 'utf-8' codec can't decode"),
+    (None, "^cannot read .*config.yaml: .*No such file or directory"),
+])
+def test_a_config_file_that_is_no_mapping_or_unreadable_is_refused_naming_it(tmp_path, content, message):
+    path = tmp_path / "config.yaml"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message):
         load(path)
 
 

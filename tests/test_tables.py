@@ -129,6 +129,9 @@ FIRST_CAUSAL = "v25 against sdpa_cudnn by graph at the case"  # line 72: the cau
     (lambda p: set_cells(p, 2, is_case=False),
      f"line 2 ({FIRST}): is_case False, but B=1 H=64 S=1024 D=128 is the case"),
     (lambda p: set_cells(p, 3, fair=False), "line 3 (v25 against v24 by graph at the case): fair False by graph"),
+    (lambda p: set_cells(p, 3, fair="maybe"),
+     "line 3 (v25 against v24 by graph at the case): fair 'maybe' is neither True nor False"),
+    (lambda p: set_cells(p, 2, is_case=""), f"line 2 ({FIRST}): no is_case"),
     (lambda p: set_cells(p, 2, rounds=19), f"line 2 ({FIRST}): rounds 19, but the head-to-head ran 10"),
     (lambda p: set_cells(p, 2, rival_tflops=-282.7), f"line 2 ({FIRST}): rival_tflops -282.7 is not a positive finite"),
     # a configuration's rows are checked as a run of that configuration, named by its kernels and peers
@@ -140,7 +143,8 @@ FIRST_CAUSAL = "v25 against sdpa_cudnn by graph at the case"  # line 72: the cau
     (lambda p: set_cells(p, 72, verdict="level"), f"in the configuration causal, line 72 ({FIRST_CAUSAL}): verdict 'level'"),
 ], ids=["every-verdict-behind", "ratio-inf", "ratio-empty", "ratio-nan", "ratio-negative", "ratio-abc",
         "ratio-above-interval", "ratio-below-interval", "dropped-row", "dropped-last-row", "header-only",
-        "unknown-rival", "unknown-version", "duplicated-row", "unknown-point", "is-case", "graph-not-fair", "rounds",
+        "unknown-rival", "unknown-version", "duplicated-row", "unknown-point", "is-case", "graph-not-fair",
+        "fair-not-a-flag", "is-case-empty", "rounds",
         "negative-tflops", "causal-unknown-rival", "causal-dropped-row", "causal-verdict"])
 def test_a_damaged_head_to_head_is_refused(copy, archived, damage, message):
     damage(copy / "head_to_head.csv")
@@ -239,6 +243,13 @@ def test_a_run_that_counted_the_headline_at_the_ragged_length_has_those_rows(cop
                                           "counted")
 
 
+def test_cycle_rows_where_the_run_says_it_counted_none_are_refused(copy, archived):
+    summary, meta = archived
+    uncounted = {**meta, "cycles_note": "skipped: ncu was not found on this machine"}
+    refused(copy, (summary, uncounted), "cycles.csv", "line 2 (v11 at the case): kernels.json says the run counted no "
+                                                      "cycles (skipped: ncu was not found on this machine)")
+
+
 def test_a_kernel_ncu_could_not_count_has_no_cycle_rows_and_is_not_missed(copy, archived):
     """A count that failed (no permission for the counters, say) is in kernels.json with its reason: its
     rows are not expected, and a row of it is refused."""
@@ -279,9 +290,13 @@ def test_a_kernel_ncu_could_not_count_has_no_cycle_rows_and_is_not_missed(copy, 
      "line 2 (v11 for sm_103): threads 2048 is not a whole number in [1, 1024]"),
     (lambda p: set_cells(p, 2, spill_store_bytes=-4), "line 2 (v11 for sm_103): spill_store_bytes -4 is not a whole"),
     (lambda p: set_cells(p, 2, kernel="sdpa_auto"), "line 2 (sdpa_auto for sm_103): sdpa_auto is a peer"),
+    (lambda p: set_cells(p, 2, cubin_sha256="0f" * 31), f"line 2 (v11 for sm_103): cubin_sha256 '{'0f' * 31}' is not a "
+                                                         "sha256"),
+    (lambda p: set_cells(p, 2, cubin_sha256="G" * 64), "line 2 (v11 for sm_103): cubin_sha256 'GGGG"),
+    (lambda p: set_cells(p, 2, kernel=""), "line 2: no kernel"),
 ], ids=["registers-negative", "registers-empty", "registers-256", "dropped-row-br128", "dropped-kernel", "header-only",
         "duplicated-row", "unbuilt-arch", "smem-above-a-block", "smem-parts", "blocks-per-sm", "threads", "spills",
-        "peer"])
+        "peer", "sha-short", "sha-not-hex", "no-kernel"])
 def test_damaged_resources_are_refused(copy, archived, damage, message):
     damage(copy / "resources.csv")
     refused(copy, archived, "resources.csv", message)

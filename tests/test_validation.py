@@ -126,6 +126,9 @@ BAD = [  # (kind, name, edit, message after "<path>: ")
     ("checks", "v12", lambda r: r["shapes"][0].update(passed=None), "key 'passed': true, but the case on normal"),
     ("sweeps", "v13", lambda r: r["points"].pop(), "key 'points': at S = [512, 1024], but the configured sweep is"),
     ("sweeps", "v13", lambda r: r["points"][1].update(repeats=7), "key 'points[1].repeats': 7, but the configured"),
+    ("sweeps", "v13", lambda r: r["points"][1].update(H=32),
+     "key 'points[1]': at B=1 H=32 S=1024 D=128, but the sweep runs at B=1 H=64 S=1024 D=128"),
+    ("checks", "v12", lambda r: r.update(skipped="no GPU"), "key 'passed': true, but the check was skipped"),
     ("profiles", "v13", lambda r: r.update(S=2048), "key 'S': profiled at B=1 H=64 S=2048 D=128, but the case is"),
     ("compiled", "v13", lambda r: r.pop("cubin_sha256"), "key 'cubin_sha256': missing"),
     ("checks", "v12", lambda r: r["provenance"].update(gpu_uuid="0000:19:00.0"),
@@ -410,6 +413,20 @@ def test_a_point_timed_otherwise_than_its_configuration_asks_is_to_be_run_again(
                 read_record(path, "head_to_head", expected)
         else:
             assert read_record(path, "head_to_head", expected)["methods"] == ["graph"]
+
+
+def test_a_head_to_head_whose_order_or_case_flag_disagrees_with_itself_is_refused(tmp_path):
+    from flashbench.validation import BadRecord, read_record
+
+    path = tmp_path / "S1024.json"
+    point = records.head_to_head_record(records.CASE, {"v15": 590.0, "sdpa_auto": 560.0}, seed=0)
+    write_json(path, {**point, "order": ["sdpa_auto", "v15"]})
+    with pytest.raises(BadRecord, match=r"key 'order': \['sdpa_auto', 'v15'\], but the contestants are \['v15', "
+                                        r"'sdpa_auto'\]$"):
+        read_record(path, "head_to_head", records.EXPECTED)
+    write_json(path, {**point, "is_case": False})
+    with pytest.raises(BadRecord, match=r"key 'is_case': False, but B=1 H=64 S=1024 D=128 is the case$"):
+        read_record(path, "head_to_head", records.EXPECTED)
 
 
 def test_a_head_to_head_whose_rounds_are_not_paired_or_a_count_without_the_case_is_refused(tmp_path):
