@@ -14,7 +14,8 @@
 //   against 15240k (-18%), 863.5k against 1005.5k at 4096, 71.1k against 76.7k at 1024 (NOTES). The
 //   cost: 160 registers a consumer (512 threads), and ptxas keeps two values of the rare path's mask
 //   after a recompute in local memory (8 bytes, in the first entry only; none under the mask, where a
-//   row tile of 192 rows is one and a half key tiles of 128, its diagonal in its last two).
+//   row tile of 192 rows is one and a half key tiles of 128, its diagonal in its last two); the grouped
+//   build's second entry keeps 4 bytes more, one store and one load a work tile (in its epilogue).
 // Choice: at D = 256 key tiles of 64 keys (Bc = 64), not 128: O's 128 accumulators, S's 64 and P's 32
 //   would pass the consumers' 240 registers (FlashAttention-3 takes 80 keys there); and one O tile of 64
 //   rows that the consumers take in turns, not one of 128 rows: Q (64 KB), two K/V stages (128 KB) and a
@@ -68,7 +69,8 @@
 // Choice: a work tile's last key tile peeled out of the loop (its batch a lambda made twice, the mask
 //   compiled out of the loop's copy), and the rare path's S multiplied again in a rolled loop into a
 //   local array (local memory, off the main path), so that each copy of a batch stays small: 3864
-//   SASS instructions, against 4600 with the mask in the loop behind a branch. Measured by cycles at
+//   SASS instructions (in a3b032a's one entry; the first entry is 3784 now), against 4600 with the mask in
+//   the loop behind a branch. Measured by cycles at
 //   B = 1, H = 64 against that build (NOTES): without the mask 2.1% fewer at S = 1024, 1.1% more at
 //   4096 and 1.3% fewer at 16384; under it 4-8% fewer. A peel that kept the rare path's 64 unrolled
 //   dot products in both copies (7096 instructions) took 6.6% more at S = 1024.
@@ -158,10 +160,10 @@ constexpr int kMaskedTiles = kCausal ? (kBr + kBc - 1) / kBc : 1;
 //   in a rolled loop before it is copied to s_acc, not unrolled in s_acc after: there the 64 more tests
 //   had ptxas keep a row sum in local memory through every batch (60 bytes spilled in the first entry,
 //   84 in the second), and place the mask's predicates among the wgmma of the second entry's masked
-//   turn (371 SASS instructions from its sync to its arrive, against 103). Elsewhere in s_acc: masked in
+//   turn (371 SASS instructions from its sync up to its arrive, the arrive left out, against 103). Elsewhere in s_acc: masked in
 //   local memory, the grouped causal build at D = 128 had the wgmma of its second entry serialised (a
 //   wait after each, with no ptxas warning), and D = 64 without the mask a longer turn in its loop (91
-//   instructions against 86).
+//   instructions against 86, counted alike).
 constexpr bool kMaskRolled = kCausal && kConsumerWarpgroups == 3;
 static_assert(!kSharedOTile || kConsumerWarpgroups == 2,
               "a shared O tile goes from one consumer to the other, one store or copy each a work tile");
