@@ -11,7 +11,8 @@ kernel between calls tells them apart, and a call's cycles are the sum over its 
                                               shape `launches` calls, each after a marker)
 
 The efficiency per cycle is the share of the dense fp16 tensor peak a call reaches in the cycles it
-takes: 4·B·H·S²·D / (cycles × SMs × 4096), Hopper's dense fp16 FLOP per SM and cycle.
+takes: 4·B·H·S²·D (half that under the causal mask) / (cycles × SMs × 4096), Hopper's dense fp16 FLOP per
+SM and cycle.
 """
 from __future__ import annotations
 
