@@ -704,6 +704,37 @@ def test_a_record_made_from_the_same_bytes_is_up_to_date_whatever_the_file_times
     assert job_counts(snakemake(checkout, *target).stdout) == {"check_kernel": 1}
 
 
+def test_a_check_that_reruns_takes_the_timings_that_read_it_with_it_in_the_same_run(checkout, built):
+    """A check record a GPU stage reads is ancient to it only while the check itself is made from what it
+    reads now: a check that reruns for a change of its code reruns its timing in the same run, where
+    Snakemake would pass over a job whose ancient input another job writes (and it would wait for the
+    next run, whatever else of its own had changed)."""
+    from flashbench import codegraph
+    from flashbench.files import digests, write_json
+
+    with_build(checkout, built)
+    results = checkout / "results" / "nvidia-h200"
+    check, bench = results / "check" / "br128.json", results / "bench" / "br128.json"
+    build = ["build/sm_90/br128.cubin", "build/sm_90/br128.json"]
+
+    def made_from(paths):
+        sums = digests(checkout / path for path in paths)
+        return {path: sums[str(checkout / path)] for path in paths}
+
+    write_json(check, {"kernel": "br128", "inputs_sha256": made_from([*build, *codegraph.command_files("check")])})
+    write_json(bench, {"kernel": "br128", "inputs_sha256": made_from(
+        [*build, "results/nvidia-h200/check/br128.json", *codegraph.command_files("bench")])})
+    for age, record in ((7200, check), (3600, bench)):  # both older than every input, the timing after its check
+        os.utime(record, (time.time() - age, time.time() - age))
+    target = ("-n", "results/nvidia-h200/bench/br128.json", *H200)
+    assert "Nothing to be done" in snakemake(checkout, *target).stdout
+
+    code = checkout / "workflow" / "flashbench" / "check.py"  # the check's code changes (the timing's does not)
+    assert str(code.relative_to(checkout)) not in codegraph.command_files("bench")
+    code.write_text(code.read_text() + "\n# changed\n")
+    assert job_counts(snakemake(checkout, *target).stdout) == {"check_kernel": 1, "bench_kernel": 1}
+
+
 def test_the_check_runs_every_kernel_build_and_peer_in_each_configuration_it_runs_in(checkout, settings):
     """`snakemake check` checks each kernel in each configuration it names (v25 and v25.causal, from
     builds of their own) and each peer in every configuration; the report's jobs are those of every

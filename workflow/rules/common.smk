@@ -158,16 +158,29 @@ def _sha256(path, mtime_ns, size):
     return fb_files.sha256(path)
 
 
+def _unchanged(path, sha):
+    stat = Path(path).stat() if Path(path).is_file() else None
+    return stat is not None and sha == _sha256(path, stat.st_mtime_ns, stat.st_size)
+
+
 def by_content(record, inputs):
     """`inputs` (a name -> a path or a list of paths) of the job that writes `record`, each path ancient
     (its file time not compared) where `record` names it with its sha256 as it is now (inputs_sha256):
     on a fresh clone, whose files all take the clone's time, only what differs by content reruns. A
-    record that names none (made before records named them) goes by file times."""
+    record that names none (made before records named them) goes by file times.
+    An input that is itself a record of this run (a check's, under results/<gpu>/) is ancient only where
+    that record is made from its own inputs as they are now, so that its job does not rerun for a
+    change of content: Snakemake passes over a job whose ancient input another job of the run writes,
+    whatever else of the job's has changed, so a GPU stage whose check reran (its code changed, say)
+    would wait for the next run."""
     made_from = fb_files.made_from(record)
 
+    def current(path):  # a record of this run: made from what its job reads now
+        own = fb_files.made_from(path) if path.startswith(f"results/{GPU_SLUG}/") else None
+        return own is None or (bool(own) and all(_unchanged(p, sha) for p, sha in own.items()))
+
     def mark(path):
-        stat = Path(path).stat() if path in made_from and Path(path).is_file() else None
-        same = stat is not None and made_from[path] == _sha256(path, stat.st_mtime_ns, stat.st_size)
+        same = path in made_from and _unchanged(path, made_from[path]) and current(path)
         return ancient(path) if same else path
 
     return {key: [mark(p) for p in value] if isinstance(value, list) else mark(value) for key, value in inputs.items()}
