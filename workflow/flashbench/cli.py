@@ -906,7 +906,7 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("folder", type=output_folder, help="where the wheels go (created if need be)")
     w.add_argument("--python", required=True, help="the host's CPython version, e.g. 3.12")
     w.add_argument("--platform", required=True, help="the host's wheel platform tag, e.g. manylinux_2_28_x86_64")
-    w.add_argument("--extra", action="append", default=[], help="an optional extra too (test, slurm); repeatable")
+    w.add_argument("--extra", action="append", default=[], help="an optional extra of pyproject.toml too (one it lacks is refused, naming those it has); repeatable")
     w.add_argument("--project", type=input_folder, default=".", help="the repository root (default: here)")
     w.set_defaults(run=cmd_wheelhouse)
 
