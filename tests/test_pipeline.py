@@ -674,18 +674,25 @@ def test_a_peer_skipped_for_want_of_torch_is_checked_again_once_torch_is_install
     assert job_counts(proc.stdout) == {"check_peer": 1}, proc.stderr
 
 
+def inputs_sha256(checkout, paths) -> dict:
+    """What a record names it was made from: each of `paths` (relative to `checkout`) with its sha256."""
+    from flashbench.files import digests
+
+    sums = digests(checkout / path for path in paths)
+    return {path: sums[str(checkout / path)] for path in paths}
+
+
 def test_a_record_made_from_the_same_bytes_is_up_to_date_whatever_the_file_times(checkout, built, tmp_path):
     """A fresh clone's files all take the clone's time, and its builds are new: a record that names its
     inputs with their sha256 (inputs_sha256) is up to date while those bytes are the same, and only
     then. A record that names none goes by file times."""
     from flashbench import codegraph
-    from flashbench.files import digests, write_json
+    from flashbench.files import write_json
 
     with_build(checkout, built)
     record = checkout / "results" / "nvidia-h200" / "check" / "br128.json"
     inputs = ["build/sm_90/br128.cubin", "build/sm_90/br128.json", *codegraph.command_files("check")]
-    made_from = digests(checkout / path for path in inputs)
-    write_json(record, {"kernel": "br128", "inputs_sha256": {path: made_from[str(checkout / path)] for path in inputs}})
+    write_json(record, {"kernel": "br128", "inputs_sha256": inputs_sha256(checkout, inputs)})
     os.utime(record, (time.time() - 3600, time.time() - 3600))  # older than every input
     target = ("-n", "results/nvidia-h200/check/br128.json", *H200)
 
@@ -710,20 +717,17 @@ def test_a_check_that_reruns_takes_the_timings_that_read_it_with_it_in_the_same_
     Snakemake would pass over a job whose ancient input another job writes (and it would wait for the
     next run, whatever else of its own had changed)."""
     from flashbench import codegraph
-    from flashbench.files import digests, write_json
+    from flashbench.files import write_json
 
     with_build(checkout, built)
     results = checkout / "results" / "nvidia-h200"
     check, bench = results / "check" / "br128.json", results / "bench" / "br128.json"
     build = ["build/sm_90/br128.cubin", "build/sm_90/br128.json"]
 
-    def made_from(paths):
-        sums = digests(checkout / path for path in paths)
-        return {path: sums[str(checkout / path)] for path in paths}
-
-    write_json(check, {"kernel": "br128", "inputs_sha256": made_from([*build, *codegraph.command_files("check")])})
-    write_json(bench, {"kernel": "br128", "inputs_sha256": made_from(
-        [*build, "results/nvidia-h200/check/br128.json", *codegraph.command_files("bench")])})
+    write_json(check, {"kernel": "br128",
+                       "inputs_sha256": inputs_sha256(checkout, [*build, *codegraph.command_files("check")])})
+    write_json(bench, {"kernel": "br128", "inputs_sha256": inputs_sha256(
+        checkout, [*build, "results/nvidia-h200/check/br128.json", *codegraph.command_files("bench")])})
     for age, record in ((7200, check), (3600, bench)):  # both older than every input, the timing after its check
         os.utime(record, (time.time() - age, time.time() - age))
     target = ("-n", "results/nvidia-h200/bench/br128.json", *H200)

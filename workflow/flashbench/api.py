@@ -55,7 +55,7 @@ def flash_attention(q, k, v, causal: bool = False, layout: str = "bshd", softmax
     scale = _softmax_scale(softmax_scale)
     if not _is_true_or_false(causal):
         raise FlashbenchError(f"flash_attention: causal is {causal!r}, not True or False")
-    _refuse_a_graph_for_gradients(q, k, v)
+    _refuse_inputs_needing_grad(q, k, v)
     try:
         signature = (layout, bool(causal), scale, q.dtype, q.device, q.shape, q.stride(), k.dtype, k.device, k.shape,
                      k.stride(), v.dtype, v.device, v.shape, v.stride())
@@ -155,18 +155,17 @@ def _is_true_or_false(value) -> bool:
         return False
 
 
-def _refuse_a_graph_for_gradients(q, k, v) -> None:
+def _refuse_inputs_needing_grad(q, k, v) -> None:
     """The line has a forward kernel alone: an input that requires grad, where autograd records, is refused
     (the output would hold no grad_fn, and a training step would silently leave q, k and v's producers
     untrained). Read at each call, as requires_grad and the grad mode are no part of the signature."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if getattr(x, "requires_grad", False) is True:
-            import torch
+    needing = [name for name, x in (("q", q), ("k", k), ("v", v)) if getattr(x, "requires_grad", False) is True]
+    if needing:
+        import torch
 
-            if torch.is_grad_enabled():
-                raise FlashbenchError(f"flash_attention: {name} requires grad, and the line has no backward kernel: "
-                                      "call it under torch.no_grad() or torch.inference_mode(), or on detached inputs")
-            return
+        if torch.is_grad_enabled():
+            raise FlashbenchError(f"flash_attention: {needing[0]} requires grad, and the line has no backward kernel: "
+                                  "call it under torch.no_grad() or torch.inference_mode(), or on detached inputs")
 
 
 def _shape(q, k, v, layout: str) -> tuple[int, int, int, int, int]:
