@@ -136,7 +136,11 @@ constexpr int kTurnThreads = 256;                            // its arrivals: c'
 constexpr int kOBar = kTurnBar + kConsumerWarpgroups;        // o_bar[c] is named barrier kOBar + c (128 threads)
 constexpr int kProducerRegs = 24;                            // setmaxnreg.dec of warpgroup 0
 constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 240;  // setmaxnreg.inc of the consumers
-static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "the register file");
+// setmaxnreg only moves registers within what the block was given at launch: the launch bound's share of
+// the 64K register file, in steps of 8 per thread (64512 at 384 threads, 65536 at 512). A consumer asking
+// for more than is left waits at setmaxnreg.inc for ever.
+constexpr int kBlockRegs = kThreads * (65536 / kThreads / 8 * 8);
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kBlockRegs, "the block's registers");
 constexpr int kWgRows = 64;                                  // rows per consumer warpgroup: one wgmma M
 constexpr int kBr = kWgRows * kConsumerWarpgroups;           // query rows per work tile (128; 192 at D = 64)
 constexpr int kBc = kD == 256 ? 64 : 128;                    // keys per K/V tile: one wgmma N (QK)
